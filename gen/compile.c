@@ -1,0 +1,132 @@
+/* gen/compile.c -- kernel source -> cubin, with nvcc (a child process) or NVRTC. */
+#include "compile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "nvrtc.h"
+
+static int fail(moegen_error *err, int code, const char *fmt, const char *a, const char *b) {
+  err->code = code;
+  snprintf(err->msg, sizeof err->msg, fmt, a, b);
+  return code;
+}
+
+static int read_file(const char *path, unsigned char **data, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  *data = malloc(n > 0 ? (size_t)n : 1);
+  *size = *data && n > 0 ? fread(*data, 1, (size_t)n, f) : 0;
+  fclose(f);
+  return *data && (long)*size == n ? 0 : -1;
+}
+
+/* Sends "warning: ..." lines for every ptxas report of a spill. */
+static void report_spills(const char *log, void (*progress)(const char *line)) {
+  if (!log || !progress) return;
+  for (const char *p = log; (p = strstr(p, "bytes spill stores")) != NULL; p++) {
+    const char *q = p;
+    while (q > log && q[-1] != ',' && q[-1] != '\n') q--;
+    if (strtol(q, NULL, 10) != 0) {
+      progress("warning: ptxas reports register spills in the generated kernels (see -Xptxas -v)");
+      return;
+    }
+  }
+}
+
+/* Runs argv, collecting stdout+stderr into *log (malloc'd). Returns exit status or -1. */
+static int run_capture(char *const argv[], char **log) {
+  char path[] = "/tmp/moegen-nvcc-log-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return -1;
+  unlink(path);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    return -1;
+  }
+  if (pid == 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execvp(argv[0], argv);
+    fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  off_t n = lseek(fd, 0, SEEK_END);
+  *log = calloc((size_t)n + 1, 1);
+  if (*log && n > 0 && pread(fd, *log, (size_t)n, 0) < 0) (*log)[0] = 0;
+  close(fd);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int compile_nvcc(const char *source, const moegen_gen_options *opt, const char *work_dir,
+                        void (*progress)(const char *), unsigned char **cubin, size_t *size,
+                        moegen_error *err) {
+  char cu[4096], bin[4096], gencode[128], arch[32];
+  snprintf(cu, sizeof cu, "%s/.%s.%d.cu", work_dir, opt->name, (int)getpid());
+  snprintf(bin, sizeof bin, "%s/.%s.%d.cubin", work_dir, opt->name, (int)getpid());
+  const char *a = strncmp(opt->arch, "sm_", 3) == 0 ? opt->arch + 3 : opt->arch;
+  snprintf(arch, sizeof arch, "%s", a);
+  snprintf(gencode, sizeof gencode, "-gencode=arch=compute_%s,code=sm_%s", arch, arch);
+  FILE *f = fopen(cu, "w");
+  if (!f || fputs(source, f) < 0 || fclose(f) != 0)
+    return fail(err, EX_CANTCREAT, "%s: cannot write: %s", cu, strerror(errno));
+  const char *nvcc = opt->nvcc ? opt->nvcc : "nvcc";
+  char *argv[] = {(char *)nvcc, "-cubin", gencode, "-std=c++17", "-Xptxas", "-v",
+                  "-o", bin, cu, NULL};
+  char *log = NULL;
+  int st = run_capture(argv, &log);
+  int rc = 0;
+  if (st != 0) {
+    rc = fail(err, st == 127 ? EX_UNAVAILABLE : EX_SOFTWARE, "nvcc failed on %s:\n%s", cu,
+              log ? log : "");
+  } else if (read_file(bin, cubin, size) != 0) {
+    rc = fail(err, EX_IOERR, "%s: cannot read nvcc output: %s", bin, strerror(errno));
+  } else {
+    report_spills(log, progress);
+  }
+  if (rc == 0) unlink(cu); /* keep the source of a failed compile for the user */
+  unlink(bin);
+  free(log);
+  return rc;
+}
+
+static int compile_nvrtc(const char *source, const moegen_gen_options *opt,
+                         void (*progress)(const char *), unsigned char **cubin, size_t *size,
+                         moegen_error *err) {
+  char name[128];
+  snprintf(name, sizeof name, "%s.cu", opt->name);
+  char *log = NULL;
+  moegen_status st = moegen_nvrtc_compile(source, strlen(source), name, opt->arch, 1, cubin, size, &log);
+  int rc = 0;
+  if (st == MOEGEN_ERR_NO_NVRTC)
+    rc = fail(err, EX_UNAVAILABLE, "NVRTC is not available: %s%s", log ? log : "", "");
+  else if (st != MOEGEN_OK)
+    rc = fail(err, EX_SOFTWARE, "NVRTC failed on %s:\n%s", name, log ? log : "");
+  else
+    report_spills(log, progress);
+  free(log);
+  return rc;
+}
+
+int moegen_compile(const char *source, const moegen_gen_options *opt, const char *work_dir,
+                   void (*progress)(const char *line), unsigned char **cubin, size_t *cubin_size,
+                   moegen_error *err) {
+  *cubin = NULL;
+  *cubin_size = 0;
+  if (opt->compile == MOEGEN_COMPILE_NVCC)
+    return compile_nvcc(source, opt, work_dir, progress, cubin, cubin_size, err);
+  return compile_nvrtc(source, opt, progress, cubin, cubin_size, err);
+}

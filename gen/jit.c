@@ -1,0 +1,84 @@
+/* gen/jit.c -- moegen_jit: render in-process; NVRTC compiles at first use. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include "module.h"
+#include "moegen/moegen.h"
+
+/* The heap image a JIT module owns: the image plus the strings it points to. */
+typedef struct jit_image {
+  moegen_image image;
+  char name[64];
+  char arch[16];
+  char *source;
+  char *config_lua;
+} jit_image;
+
+static void free_jit_image(moegen_image *img) {
+  jit_image *j = (jit_image *)img;
+  free(j->source);
+  free(j->config_lua);
+  free(j);
+}
+
+/* "sm_XY" of the current context's device ('a' for 9.0: wgmma needs sm_90a). */
+static moegen_status device_arch(char *arch, size_t size, moegen_error *err) {
+  const moegen_driver *d;
+  char why[512];
+  moegen_status st = moegen_driver_get(&d, why, sizeof why);
+  CUdevice dev;
+  int major = 0, minor = 0;
+  if (st == MOEGEN_OK && d->cuCtxGetDevice(&dev) != 0) st = MOEGEN_ERR_NO_DEVICE;
+  if (st == MOEGEN_OK) {
+    d->cuDeviceGetAttribute(&major, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    d->cuDeviceGetAttribute(&minor, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  } else if (st == MOEGEN_ERR_NO_DEVICE) {
+    snprintf(why, sizeof why, "no current CUDA context on this thread: pass an arch or set a device");
+  }
+  if (st != MOEGEN_OK) {
+    err->code = EX_UNAVAILABLE;
+    snprintf(err->msg, sizeof err->msg, "jit: %s", why);
+    return st;
+  }
+  snprintf(arch, size, "sm_%d%d%s", major, minor, major == 9 ? "a" : "");
+  return MOEGEN_OK;
+}
+
+moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_module **out,
+                         moegen_error *err) {
+  *out = NULL;
+  err->code = 0;
+  err->msg[0] = 0;
+  if (moegen_config_validate(cfg, err) != 0) return MOEGEN_ERR_INVALID_ARGUMENT;
+  jit_image *j = calloc(1, sizeof *j);
+  if (!j) return MOEGEN_ERR_OUT_OF_MEMORY;
+  moegen_status st = MOEGEN_OK;
+  if (arch) snprintf(j->arch, sizeof j->arch, "%s", arch);
+  else st = device_arch(j->arch, sizeof j->arch, err);
+  snprintf(j->name, sizeof j->name, "%s", cfg->name[0] ? cfg->name : "jit");
+  for (char *p = j->name; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
+  moegen_gen_options opt = {.name = j->name, .arch = j->arch, .compile = MOEGEN_COMPILE_JIT,
+                            .command_line = "moegen_jit()"};
+  moegen_sources src;
+  if (st == MOEGEN_OK && moegen_render(cfg, &opt, &src, err) != 0) st = MOEGEN_ERR_INVALID_ARGUMENT;
+  if (st != MOEGEN_OK) {
+    free(j);
+    return st;
+  }
+  j->source = src.cu;
+  j->config_lua = src.config_lua;
+  src.cu = src.config_lua = NULL;
+  j->image = (moegen_image){.abi_version = MOEGEN_RT_ABI_VERSION,
+                            .name = j->name,
+                            .arch = j->arch,
+                            .config_lua = j->config_lua,
+                            .source = j->source,
+                            .source_size = strlen(j->source),
+                            .source_path = "<jit>",
+                            .router = src.router};
+  moegen_sources_free(&src);
+  return moegen_module_create_owned(&j->image, free_jit_image, out);
+}

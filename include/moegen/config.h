@@ -1,0 +1,123 @@
+/* moegen/config.h -- the validated MoE configuration every generator stage reads.
+ *
+ * A configuration comes from a Lua table file, a Hugging Face config.json, a
+ * built-in preset, and `key=value` overrides, applied in that order onto the
+ * defaults. Every field remembers where it was last set (file and line), so a
+ * validation failure can say `FILE:LINE: field: reason`.
+ *
+ * Error convention: functions return 0 on success or a sysexits(3) code
+ * (EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_CONFIG, ...) and fill `err->msg` with
+ * the full `FILE:LINE: field: reason` text (no "moegen: " prefix, no newline).
+ */
+#ifndef MOEGEN_CONFIG_H
+#define MOEGEN_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Score function; the values are TransformerEngine's C enum ints. */
+typedef enum moegen_score {
+  MOEGEN_SCORE_SIGMOID = 0,
+  MOEGEN_SCORE_SOFTMAX = 1,
+  MOEGEN_SCORE_SQRTSOFTPLUS = 2
+} moegen_score;
+
+typedef enum moegen_dtype {
+  MOEGEN_DTYPE_FP32 = 0,
+  MOEGEN_DTYPE_BF16 = 1,
+  MOEGEN_DTYPE_FP16 = 2
+} moegen_dtype;
+
+/* Hard limits of the generated kernels (checked by validation). */
+#define MOEGEN_MAX_EXPERTS 2048
+#define MOEGEN_MAX_TOPK 32
+
+/* Field ids, in the order of the config keys (see moegen_config_key_name). */
+typedef enum moegen_field {
+  MOEGEN_F_NAME, MOEGEN_F_EXPERTS, MOEGEN_F_TOPK, MOEGEN_F_HIDDEN, MOEGEN_F_FFN,
+  MOEGEN_F_SCORE, MOEGEN_F_PRE_SOFTMAX, MOEGEN_F_GROUPS, MOEGEN_F_GROUP_TOPK,
+  MOEGEN_F_EXPERT_BIAS, MOEGEN_F_SCALING, MOEGEN_F_LOGITS_DTYPE, MOEGEN_F_DTYPE,
+  MOEGEN_F_SHARED_EXPERTS, MOEGEN_F_AUX_LOSS_COEFF,
+  MOEGEN_F_COUNT
+} moegen_field;
+
+/* Where a field's value came from: a file and 1-based line, or a pseudo file
+ * such as "<preset deepseek-v3>", "<default>" or "<command line>" (line =
+ * argument position). */
+typedef struct moegen_origin {
+  char file[256];
+  int line;
+} moegen_origin;
+
+typedef struct moegen_config {
+  char name[64];             /* model name, informational ("deepseek-v3") */
+  int experts;               /* E: routed experts, 1..MOEGEN_MAX_EXPERTS */
+  int topk;                  /* K: experts per token, 1..min(E, MOEGEN_MAX_TOPK) */
+  int hidden;                /* H: hidden size (model dim) */
+  int ffn;                   /* F: per-expert FFN (intermediate) size */
+  moegen_score score;        /* score function */
+  bool pre_softmax;          /* softmax over all E before top-k (softmax only) */
+  int groups;                /* expert groups; 0 = no group-limited routing */
+  int group_topk;            /* groups kept per token; 0 when groups == 0 */
+  bool expert_bias;          /* fp32 [E] bias added for selection (sigmoid/sqrtsoftplus) */
+  double scaling;            /* routed scaling factor applied to probs (1.0 = none) */
+  moegen_dtype logits_dtype; /* router logits (and probs) dtype */
+  moegen_dtype dtype;        /* activations and weights (bf16 or fp16) */
+  int shared_experts;        /* informational: shared experts left to the caller */
+  double aux_loss_coeff;     /* informational: aux loss coefficient */
+  moegen_origin origin[MOEGEN_F_COUNT]; /* where each field was last set */
+} moegen_config;
+
+typedef struct moegen_error {
+  int code;       /* sysexits code; 0 = none */
+  char msg[1024]; /* "FILE:LINE: field: reason" */
+} moegen_error;
+
+/* Fills `c` with the defaults (softmax, K=1, no groups, scaling 1, bf16, E=0...).
+ * The defaults alone do not validate: experts/topk/hidden/ffn must be set. */
+void moegen_config_defaults(moegen_config *c);
+
+/* Applies a Lua config file: a chunk that returns a table of config keys,
+ * run in an empty sandbox. Unknown keys, wrong types and malformed files are
+ * errors (EX_DATAERR; EX_NOINPUT if the file cannot be read). */
+int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err);
+
+/* Applies a Hugging Face config.json (DeepSeek-V3/Kimi-K2, Qwen3-MoE, Mixtral,
+ * gpt-oss, Llama-4 with text_config). Bare NaN/Infinity are tolerated.
+ * Unknown HF keys are ignored; known keys of the wrong type are errors. */
+int moegen_config_load_hf(moegen_config *c, const char *path, moegen_error *err);
+
+/* Applies a built-in preset by name (see moegen_preset_names). EX_USAGE if unknown. */
+int moegen_config_preset(moegen_config *c, const char *name, moegen_error *err);
+
+/* NULL-terminated list of preset names. */
+const char *const *moegen_preset_names(void);
+
+/* Applies one `key=value` override; `argpos` is the argument's position on
+ * the command line (recorded as the origin line). */
+int moegen_config_set(moegen_config *c, const char *assignment, int argpos, moegen_error *err);
+
+/* Checks every field and every cross-field rule (K <= E, E % groups == 0,
+ * bias only with sigmoid/sqrtsoftplus, ...). Errors cite the origin of the
+ * offending field. Returns 0 or EX_CONFIG / EX_DATAERR. */
+int moegen_config_validate(const moegen_config *c, moegen_error *err);
+
+/* Writes the config as a Lua table (loadable by moegen_config_load_lua) into
+ * buf; returns the length it needs (like snprintf). Deterministic. */
+size_t moegen_config_to_lua(const moegen_config *c, char *buf, size_t size);
+
+/* Config key name of a field ("experts", "topk", ...). */
+const char *moegen_config_key_name(moegen_field f);
+
+/* Text names for enums ("softmax", "bf16", ...). */
+const char *moegen_score_name(moegen_score s);
+const char *moegen_dtype_name(moegen_dtype d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,69 @@
+/* moegen/moegen.h -- the generator library (libmoegen): config -> sources -> cubin.
+ *
+ * The CLI (`moegen`) and the in-process JIT both go through these calls.
+ * Errors follow config.h: 0 or a sysexits code, message in moegen_error.
+ */
+#ifndef MOEGEN_MOEGEN_H
+#define MOEGEN_MOEGEN_H
+
+#include <stddef.h>
+
+#include "moegen/config.h"
+#include "moegen/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MOEGEN_VERSION "0.1.0"
+
+typedef enum moegen_compile_mode {
+  MOEGEN_COMPILE_NVCC = 0,  /* AOT: nvcc -cubin, cubin embedded in NAME.c */
+  MOEGEN_COMPILE_NVRTC = 1, /* AOT: NVRTC in-process, cubin embedded in NAME.c */
+  MOEGEN_COMPILE_JIT = 2    /* source embedded in NAME.c, compiled at first use */
+} moegen_compile_mode;
+
+typedef struct moegen_gen_options {
+  const char *name;         /* module name, a C identifier ("ds3") */
+  const char *arch;         /* "sm_90a" (default), "sm_90", "sm_80", ... */
+  moegen_compile_mode compile;
+  const char *command_line; /* written at the top of every generated file */
+  const char *nvcc;         /* nvcc path for MOEGEN_COMPILE_NVCC; NULL = "nvcc" */
+} moegen_gen_options;
+
+/* The rendered module: sources and the launch plan. */
+typedef struct moegen_sources {
+  char *cu;                 /* NAME.cu: self-contained kernel source */
+  char *h;                  /* NAME.h: the module's C API */
+  char *c;                  /* the image definition of NAME.c (moegen_generate adds the data) */
+  moegen_router_plan router;
+  char *config_lua;         /* the config as a Lua table */
+} moegen_sources;
+
+/* Renders the templates for a validated config. Deterministic: the same
+ * config, options and moegen version give byte-identical text. */
+int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt,
+                  moegen_sources *out, moegen_error *err);
+
+void moegen_sources_free(moegen_sources *s);
+
+/* NVRTC options moegen uses for an arch (NULL-terminated, static). */
+const char *const *moegen_nvrtc_options(const char *arch);
+
+/* Renders, compiles (per opt->compile) and writes DIR/NAME.{cu,h,c,json}.
+ * Files are written to temporaries and renamed, so an error leaves no
+ * partial output. `progress` (may be NULL) receives one line per step. */
+int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt,
+                    const char *out_dir, void (*progress)(const char *line),
+                    moegen_error *err);
+
+/* In-process JIT: renders cfg for `arch` (NULL = the current device's) and
+ * returns a module whose kernels NVRTC compiles at first use (through the
+ * on-disk cache). The module owns its image. */
+moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_module **out,
+                         moegen_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

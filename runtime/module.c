@@ -1,0 +1,353 @@
+/* runtime/module.c -- modules: one loaded cubin, its kernels, per-device setup.
+ *
+ * The cubin is loaded once with cuLibraryLoadData: a CUlibrary is
+ * context-independent, and the CUkernel of cuLibraryGetKernel is launchable
+ * (as a CUfunction) in any context. What is per device -- the arch check, the
+ * SM count, the kernel's dynamic shared memory limit -- is done once per
+ * device under the module's lock and then published with a release store, so
+ * moegen_module_kernel's fast path is one cuCtxGetDevice and an acquire load.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "module.h"
+
+enum { MAX_DEVICES = 64 };
+
+const char *const moegen_kernel_names[MOEGEN_KERNEL_COUNT] = {"moegen_router_fwd"};
+
+struct moegen_module {
+  const moegen_image *image;
+  moegen_image *owned;                 /* image to free at destroy, or NULL */
+  void (*free_image)(moegen_image *);
+  const moegen_driver *drv;            /* NULL iff unusable != MOEGEN_OK */
+  moegen_status unusable;              /* why the module cannot load (from create) */
+
+  pthread_mutex_t lock;                /* serializes loading and per-device setup */
+  unsigned char *jit_cubin;            /* NVRTC output of a JIT image */
+  size_t jit_cubin_size;
+  CUlibrary lib;                       /* written once, under lock */
+  CUkernel kernels[MOEGEN_KERNEL_COUNT]; /* written once each, under lock */
+  int sm_count[MAX_DEVICES];           /* written once per device, under lock */
+  /* 1 + the dynamic smem bytes set for kernel k on device d; 0 = not set up.
+   * The release store publishes kernels[k], sm_count[d] and lib. */
+  atomic_uint ready[MOEGEN_KERNEL_COUNT][MAX_DEVICES];
+
+  pthread_mutex_t error_lock;          /* guards error */
+  char *error;                         /* last error of any thread, or NULL */
+};
+
+/* ---------------------------------------------------------------- errors */
+
+/* malloc'd vprintf result, or NULL if out of memory. */
+static char *vformat(const char *fmt, va_list ap) {
+  va_list copy;
+  va_copy(copy, ap);
+  int n = vsnprintf(NULL, 0, fmt, copy);
+  va_end(copy);
+  char *s = n < 0 ? NULL : malloc((size_t)n + 1);
+  if (s) vsnprintf(s, (size_t)n + 1, fmt, ap);
+  return s;
+}
+
+moegen_status moegen_module_fail(moegen_module *m, moegen_status s, const char *fmt, ...) {
+  if (!m) return s;
+  va_list ap;
+  va_start(ap, fmt);
+  char *text = vformat(fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&m->error_lock);
+  free(m->error);
+  m->error = text;
+  pthread_mutex_unlock(&m->error_lock);
+  return s;
+}
+
+moegen_status moegen_module_cuda_fail(moegen_module *m, CUresult r, const char *what) {
+  char text[256];
+  moegen_driver_describe(r, text, sizeof text);
+  return moegen_module_fail(m, MOEGEN_ERR_CUDA, "%s: %s", what, text);
+}
+
+static pthread_once_t g_copy_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_copy_key; /* per-thread copy of a last error */
+
+static void make_copy_key(void) { pthread_key_create(&g_copy_key, free); }
+
+/* Copies text into the calling thread's buffer (freed at thread exit). */
+static const char *thread_copy(const char *text) {
+  pthread_once(&g_copy_once, make_copy_key);
+  char *buf = realloc(pthread_getspecific(g_copy_key), strlen(text) + 1);
+  if (!buf) return "moegen: out of memory copying the last error";
+  pthread_setspecific(g_copy_key, buf);
+  return strcpy(buf, text);
+}
+
+/* The module's last error -- of any thread -- copied for the calling thread:
+ * valid until this thread's next moegen_module_last_error call. */
+const char *moegen_module_last_error(const moegen_module *m) {
+  if (!m) return "";
+  moegen_module *mm = (moegen_module *)m; /* the locks are not part of the value */
+  pthread_mutex_lock(&mm->error_lock);
+  const char *copy = thread_copy(mm->error ? mm->error : "");
+  pthread_mutex_unlock(&mm->error_lock);
+  return copy;
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+/* Creates a module; takes `owned` (freed with free_image) whatever happens. */
+static moegen_status create(const moegen_image *image, moegen_image *owned,
+                            void (*free_image)(moegen_image *), moegen_module **out) {
+  moegen_module *m = image ? calloc(1, sizeof *m) : NULL;
+  if (!m) {
+    if (owned) free_image(owned);
+    return image ? MOEGEN_ERR_OUT_OF_MEMORY : MOEGEN_ERR_INVALID_ARGUMENT;
+  }
+  m->image = image;
+  m->owned = owned;
+  m->free_image = free_image;
+  pthread_mutex_init(&m->lock, NULL);
+  pthread_mutex_init(&m->error_lock, NULL);
+  *out = m;
+  if (image->abi_version != MOEGEN_RT_ABI_VERSION) {
+    m->unusable = moegen_module_fail(m, MOEGEN_ERR_ABI_MISMATCH,
+                                     "image %s has runtime ABI version %d, this runtime takes %d: "
+                                     "regenerate it with the matching moegen",
+                                     image->name ? image->name : "?", image->abi_version,
+                                     MOEGEN_RT_ABI_VERSION);
+    return m->unusable;
+  }
+  char why[512];
+  m->unusable = moegen_driver_get(&m->drv, why, sizeof why);
+  if (m->unusable != MOEGEN_OK) return moegen_module_fail(m, m->unusable, "%s", why);
+  return MOEGEN_OK;
+}
+
+moegen_status moegen_module_create(const moegen_image *image, moegen_module **out) {
+  if (!out) return MOEGEN_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  return create(image, NULL, NULL, out);
+}
+
+moegen_status moegen_module_create_owned(moegen_image *image, void (*free_image)(moegen_image *),
+                                         moegen_module **out) {
+  if (!out || !free_image) {
+    if (image && free_image) free_image(image);
+    return MOEGEN_ERR_INVALID_ARGUMENT;
+  }
+  *out = NULL;
+  return create(image, image, free_image, out);
+}
+
+void moegen_module_destroy(moegen_module *m) {
+  if (!m) return;
+  if (m->lib) m->drv->cuLibraryUnload(m->lib);
+  free(m->jit_cubin);
+  if (m->owned) m->free_image(m->owned);
+  free(m->error);
+  pthread_mutex_destroy(&m->lock);
+  pthread_mutex_destroy(&m->error_lock);
+  free(m);
+}
+
+const moegen_image *moegen_module_image(const moegen_module *m) { return m ? m->image : NULL; }
+
+const moegen_driver *moegen_module_driver(const moegen_module *m) { return m ? m->drv : NULL; }
+
+/* ---------------------------------------------------------------- arch */
+
+/* Parses "sm_XY" / "sm_XYa" / "sm_XYf" (X may be two digits); 0 on success. */
+static int parse_arch(const char *arch, int *major, int *minor, char *suffix) {
+  if (!arch || strncmp(arch, "sm_", 3) != 0) return -1;
+  const char *p = arch + 3;
+  int n = 0, digits = 0;
+  for (; *p >= '0' && *p <= '9' && digits < 4; p++, digits++) n = n * 10 + (*p - '0');
+  *suffix = *p == 'a' || *p == 'f' ? *p++ : 0;
+  if (digits < 2 || *p) return -1;
+  *major = n / 10;
+  *minor = n % 10;
+  return 0;
+}
+
+/* SASS runs on the same major with an equal or newer minor; 'a' (arch-
+ * specific features such as wgmma) needs the exact compute capability. */
+static int arch_runs_on(int major, int minor, char suffix, int dev_major, int dev_minor) {
+  if (suffix == 'a') return dev_major == major && dev_minor == minor;
+  return dev_major == major && dev_minor >= minor;
+}
+
+/* Fails unless device d can run the image's cubin. */
+static moegen_status check_arch(moegen_module *m, CUdevice d, int dev_major, int dev_minor) {
+  const moegen_image *img = m->image;
+  int major, minor;
+  char suffix;
+  if (parse_arch(img->arch, &major, &minor, &suffix) != 0)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "image %s: arch '%s' is not of the form sm_XY[a|f]", img->name,
+                              img->arch ? img->arch : "(null)");
+  if (arch_runs_on(major, minor, suffix, dev_major, dev_minor)) return MOEGEN_OK;
+  return moegen_module_fail(m, MOEGEN_ERR_ARCH_MISMATCH,
+                            "image %s is built for %s but device %d has compute capability "
+                            "%d.%d: regenerate it for sm_%d%d%s",
+                            img->name, img->arch, d, dev_major, dev_minor, dev_major, dev_minor,
+                            dev_major == 9 ? "a" : "");
+}
+
+/* ---------------------------------------------------------------- loading */
+
+/* The current context's device, or NO_DEVICE when no context is current. */
+static moegen_status current_device(moegen_module *m, CUdevice *d) {
+  CUresult r = m->drv->cuCtxGetDevice(d);
+  if (r == MOEGEN_CUDA_ERROR_INVALID_CONTEXT)
+    return moegen_module_fail(m, MOEGEN_ERR_NO_DEVICE,
+                              "no current CUDA context on this thread: call "
+                              "cudaSetDevice/cuCtxSetCurrent first");
+  if (r) return moegen_module_cuda_fail(m, r, "cuCtxGetDevice");
+  if (*d < 0 || *d >= MAX_DEVICES)
+    return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
+                              "device ordinal %d: moegen supports devices 0..%d", *d,
+                              MAX_DEVICES - 1);
+  return MOEGEN_OK;
+}
+
+/* Arch check and SM count of device d (once per device; lock held). */
+static moegen_status setup_device(moegen_module *m, CUdevice d) {
+  if (m->sm_count[d]) return MOEGEN_OK;
+  int major = 0, minor = 0, sms = 0;
+  CUresult (*attribute)(int *, int, CUdevice) = m->drv->cuDeviceGetAttribute;
+  CUresult r = attribute(&major, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+  if (!r) r = attribute(&minor, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  if (!r) r = attribute(&sms, MOEGEN_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+  if (r) return moegen_module_cuda_fail(m, r, "cuDeviceGetAttribute");
+  moegen_status st = check_arch(m, d, major, minor);
+  if (st == MOEGEN_OK) m->sm_count[d] = sms;
+  return st;
+}
+
+/* Compiles a JIT image's source through the cache (lock held). */
+static moegen_status compile_jit(moegen_module *m) {
+  const moegen_image *img = m->image;
+  char *log = NULL;
+  int hit;
+  moegen_status st = moegen_cache_compile(img->source, img->source_size, img->name, img->arch,
+                                          &m->jit_cubin, &m->jit_cubin_size, &log, &hit);
+  if (st == MOEGEN_ERR_NO_NVRTC)
+    moegen_module_fail(m, st, "module %s is a JIT image and needs NVRTC: %s", img->name,
+                       log ? log : "");
+  else if (st != MOEGEN_OK)
+    moegen_module_fail(m, st, "NVRTC could not compile module %s for %s (source: %s):\n%s",
+                       img->name, img->arch, img->source_path ? img->source_path : "?",
+                       log ? log : "");
+  free(log);
+  return st;
+}
+
+/* Loads the cubin as a context-independent library (once; lock held). */
+static moegen_status load_library(moegen_module *m) {
+  if (m->lib) return MOEGEN_OK;
+  const moegen_image *img = m->image;
+  if (!img->cubin && !m->jit_cubin) {
+    moegen_status st = compile_jit(m);
+    if (st != MOEGEN_OK) return st;
+  }
+  const void *code = img->cubin ? (const void *)img->cubin : m->jit_cubin;
+  CUresult r = m->drv->cuLibraryLoadData(&m->lib, code, NULL, NULL, 0, NULL, NULL, 0);
+  if (!r) return MOEGEN_OK;
+  char text[256];
+  moegen_driver_describe(r, text, sizeof text);
+  return moegen_module_fail(m, MOEGEN_ERR_CUDA,
+                            "cuLibraryLoadData(module %s, %s, %s cubin, source: %s): %s", img->name,
+                            img->arch, img->cubin ? "AOT" : "JIT",
+                            img->source_path ? img->source_path : "?", text);
+}
+
+/* Resolves kernel id in the library (once; lock held). */
+static moegen_status resolve_kernel(moegen_module *m, moegen_kernel_id id) {
+  if (m->kernels[id]) return MOEGEN_OK;
+  CUresult r = m->drv->cuLibraryGetKernel(&m->kernels[id], m->lib, moegen_kernel_names[id]);
+  if (!r) return MOEGEN_OK;
+  char text[256];
+  moegen_driver_describe(r, text, sizeof text);
+  return moegen_module_fail(m, MOEGEN_ERR_CUDA,
+                            "cuLibraryGetKernel(%s) in module %s (source: %s): %s",
+                            moegen_kernel_names[id], m->image->name,
+                            m->image->source_path ? m->image->source_path : "?", text);
+}
+
+/* Raises kernel id's dynamic shared memory limit on device d (lock held). */
+static moegen_status set_smem(moegen_module *m, moegen_kernel_id id, CUdevice d, unsigned smem) {
+  if (smem == 0) return MOEGEN_OK;
+  CUresult r = m->drv->cuKernelSetAttribute(MOEGEN_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                            (int)smem, m->kernels[id], d);
+  if (!r) return MOEGEN_OK;
+  int limit = 0;
+  m->drv->cuDeviceGetAttribute(&limit, MOEGEN_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                               d);
+  char text[256];
+  moegen_driver_describe(r, text, sizeof text);
+  return moegen_module_fail(m, MOEGEN_ERR_CUDA,
+                            "cuKernelSetAttribute(%s, max dynamic smem = %u bytes) on device %d "
+                            "(opt-in limit %d bytes): %s",
+                            moegen_kernel_names[id], smem, d, limit, text);
+}
+
+/* Slow path: everything kernel id needs on device d, then publish. */
+static moegen_status prepare(moegen_module *m, moegen_kernel_id id, CUdevice d, unsigned smem) {
+  pthread_mutex_lock(&m->lock);
+  moegen_status st = setup_device(m, d);
+  if (st == MOEGEN_OK) st = load_library(m);
+  if (st == MOEGEN_OK) st = resolve_kernel(m, id);
+  unsigned done = atomic_load_explicit(&m->ready[id][d], memory_order_relaxed);
+  if (st == MOEGEN_OK && done < smem + 1) st = set_smem(m, id, d, smem);
+  if (st == MOEGEN_OK && done < smem + 1)
+    atomic_store_explicit(&m->ready[id][d], smem + 1, memory_order_release);
+  pthread_mutex_unlock(&m->lock);
+  return st;
+}
+
+moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsigned smem_bytes,
+                                   CUfunction *fn, moegen_device_info *dev) {
+  if (!m || !fn || !dev || (unsigned)id >= MOEGEN_KERNEL_COUNT) return MOEGEN_ERR_INVALID_ARGUMENT;
+  if (!m->drv) return m->unusable; /* the reason is already the last error */
+  if (smem_bytes > (unsigned)INT_MAX)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "%s: smem_bytes %u is too large",
+                              moegen_kernel_names[id], smem_bytes);
+  CUdevice d;
+  moegen_status st = current_device(m, &d);
+  if (st != MOEGEN_OK) return st;
+  if (atomic_load_explicit(&m->ready[id][d], memory_order_acquire) < smem_bytes + 1) {
+    st = prepare(m, id, d, smem_bytes);
+    if (st != MOEGEN_OK) return st;
+  }
+  *fn = (CUfunction)m->kernels[id];
+  dev->device = d;
+  dev->sm_count = m->sm_count[d];
+  return MOEGEN_OK;
+}
+
+/* Dynamic shared memory kernel id launches with, or -1 if the image lacks it. */
+static int kernel_smem(const moegen_image *img, moegen_kernel_id id) {
+  if (id == MOEGEN_KERNEL_ROUTER_FWD && img->router.experts > 0) return img->router.smem_bytes;
+  return -1;
+}
+
+moegen_status moegen_module_load(moegen_module *m) {
+  if (!m) return MOEGEN_ERR_INVALID_ARGUMENT;
+  if (!m->drv) return m->unusable;
+  for (int id = 0; id < MOEGEN_KERNEL_COUNT; id++) {
+    int smem = kernel_smem(m->image, (moegen_kernel_id)id);
+    if (smem < 0) continue;
+    CUfunction fn;
+    moegen_device_info dev;
+    moegen_status st = moegen_module_kernel(m, (moegen_kernel_id)id, (unsigned)smem, &fn, &dev);
+    if (st != MOEGEN_OK) return st;
+  }
+  return MOEGEN_OK;
+}

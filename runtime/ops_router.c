@@ -1,0 +1,85 @@
+/* runtime/ops_router.c -- the router forward op: shape function and launch. */
+#include <limits.h>
+#include <string.h>
+
+#include "module.h"
+
+/* Kernel argument block; must match router::Outputs in router.cu.lt. */
+typedef struct router_fwd_params {
+  const void *logits;
+  const float *bias;
+  void *probs;
+  uint8_t *map;
+  int32_t *idx;
+  float *weights;
+  float *inter;
+  int32_t *counts;
+} router_fwd_params;
+
+moegen_status moegen_router_fwd_shape_of(const moegen_image *image, int64_t num_tokens,
+                                         moegen_router_fwd_shape *shape) {
+  if (!image || !shape || num_tokens < 0) return MOEGEN_ERR_INVALID_ARGUMENT;
+  const moegen_router_plan *p = &image->router;
+  if (p->experts <= 0) return MOEGEN_ERR_NOT_SUPPORTED;
+  memset(shape, 0, sizeof *shape);
+  int64_t T = num_tokens, E = p->experts, K = p->topk;
+  shape->probs[0] = shape->routing_map[0] = shape->intermediate[0] = T;
+  shape->probs[1] = shape->routing_map[1] = shape->intermediate[1] = E;
+  shape->topk_indices[0] = shape->topk_weights[0] = T;
+  shape->topk_indices[1] = shape->topk_weights[1] = K;
+  shape->expert_counts[0] = E;
+  shape->workspace_bytes = 0;
+  return MOEGEN_OK;
+}
+
+/* Cheap metadata checks; no value checks (they would need a sync). */
+static moegen_status check_args(moegen_module *m, const moegen_router_fwd_args *a) {
+  const moegen_router_plan *p = &moegen_module_image(m)->router;
+  if (p->experts <= 0)
+    return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED, "router_fwd: module has no router");
+  if (a->num_tokens < 0)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_fwd: num_tokens = %lld < 0",
+                              (long long)a->num_tokens);
+  if (a->num_tokens > INT32_MAX / p->experts)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "router_fwd: num_tokens * experts = %lld * %d exceeds INT32_MAX",
+                              (long long)a->num_tokens, p->experts);
+  if (a->num_tokens > 0 && !a->logits)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_fwd: logits is NULL");
+  if (p->has_bias && a->num_tokens > 0 && !a->expert_bias)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "router_fwd: the config has expert_bias but expert_bias is NULL");
+  if (!p->has_bias && a->expert_bias)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "router_fwd: expert_bias given but the config has none");
+  return MOEGEN_OK;
+}
+
+moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *a, CUstream stream) {
+  if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
+  moegen_status st = check_args(m, a);
+  if (st != MOEGEN_OK) return st;
+  const moegen_router_plan *p = &moegen_module_image(m)->router;
+  CUfunction fn;
+  moegen_device_info dev;
+  st = moegen_module_kernel(m, MOEGEN_KERNEL_ROUTER_FWD, (unsigned)p->smem_bytes, &fn, &dev);
+  if (st != MOEGEN_OK) return st;
+  const moegen_driver *d = moegen_module_driver(m);
+  CUresult r;
+  if (a->expert_counts) {
+    r = d->cuMemsetD32Async((CUdeviceptr)(uintptr_t)a->expert_counts, 0, (size_t)p->experts, stream);
+    if (r) return moegen_module_cuda_fail(m, r, "router_fwd: cuMemsetD32Async(expert_counts)");
+  }
+  if (a->num_tokens == 0) return MOEGEN_OK;
+  int T = (int)a->num_tokens;
+  long long blocks = (a->num_tokens + p->tokens_per_block - 1) / p->tokens_per_block;
+  long long cap = (long long)dev.sm_count * p->blocks_per_sm;
+  unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
+  router_fwd_params prm = {a->logits, a->expert_bias, a->probs, a->routing_map, a->topk_indices,
+                           a->topk_weights, a->intermediate, a->expert_counts};
+  void *params[] = {&prm, &T};
+  r = d->cuLaunchKernel(fn, grid, 1, 1, (unsigned)p->threads, 1, 1, (unsigned)p->smem_bytes, stream,
+                        params, NULL);
+  if (r) return moegen_module_cuda_fail(m, r, "router_fwd: cuLaunchKernel");
+  return MOEGEN_OK;
+}

@@ -1,0 +1,102 @@
+// moegen prelude: device helpers shared by every generated kernel.
+// Self-contained (no toolkit headers), so NVRTC compiles it in milliseconds
+// and nvcc compiles the generated .cu as it is.
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define MOEGEN_FULL_MASK 0xffffffffu
+#define MOEGEN_INF __int_as_float(0x7f800000)
+
+// ---------------------------------------------------------------- 16-bit floats
+// bf16 and fp16 travel as raw u16; math is always fp32.
+struct bf16_t { u16 bits; };
+struct fp16_t { u16 bits; };
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16_t x) { return __uint_as_float((u32)x.bits << 16); }
+__device__ __forceinline__ float to_f32(fp16_t x) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) {
+  bf16_t r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
+  return r;
+}
+template <> __device__ __forceinline__ fp16_t from_f32<fp16_t>(float x) {
+  fp16_t r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
+  return r;
+}
+
+// ---------------------------------------------------------------- vector access
+// N consecutive elements moved as one access of N*sizeof(T) bytes (<= 16);
+// the caller guarantees the alignment (plan.lua picks N from E and V).
+template <int BYTES> struct raw_vec;
+template <> struct raw_vec<1> { typedef u8 type; };
+template <> struct raw_vec<2> { typedef u16 type; };
+template <> struct raw_vec<4> { typedef u32 type; };
+template <> struct raw_vec<8> { typedef u64 type; };
+struct __align__(16) u32x4 { u32 a, b, c, d; };
+template <> struct raw_vec<16> { typedef u32x4 type; };
+
+template <typename T, int N> struct vec_of {
+  union U {
+    typename raw_vec<N * sizeof(T)>::type raw;
+    T e[N];
+  } u;
+};
+
+template <typename T, int N>
+__device__ __forceinline__ void load_vec(const T *p, T (&out)[N]) {
+  vec_of<T, N> v;
+  v.u.raw = *reinterpret_cast<const typename raw_vec<N * sizeof(T)>::type *>(p);
+#pragma unroll
+  for (int i = 0; i < N; i++) out[i] = v.u.e[i];
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_vec(T *p, const T (&in)[N]) {
+  vec_of<T, N> v;
+#pragma unroll
+  for (int i = 0; i < N; i++) v.u.e[i] = in[i];
+  *reinterpret_cast<typename raw_vec<N * sizeof(T)>::type *>(p) = v.u.raw;
+}
+
+// ---------------------------------------------------------------- warp reductions
+// Butterfly over aligned segments of W lanes (W a power of two <= 32): every
+// lane of the segment ends with the same result.
+template <int W> __device__ __forceinline__ float seg_max(float x) {
+#pragma unroll
+  for (int o = W / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(MOEGEN_FULL_MASK, x, o));
+  return x;
+}
+template <int W> __device__ __forceinline__ float seg_sum(float x) {
+#pragma unroll
+  for (int o = W / 2; o > 0; o /= 2) x += __shfl_xor_sync(MOEGEN_FULL_MASK, x, o);
+  return x;
+}
+
+// (value, id) pairs ordered by value descending, then id ascending: the
+// top-k order of SPEC.md. `carry` rides along with the winner.
+__device__ __forceinline__ bool ranks_before(float v, int e, float bv, int be) {
+  return v > bv || (v == bv && e < be);
+}
+template <int W> __device__ __forceinline__ void seg_argmax(float &v, int &e, float &carry) {
+#pragma unroll
+  for (int o = W / 2; o > 0; o /= 2) {
+    float ov = __shfl_xor_sync(MOEGEN_FULL_MASK, v, o);
+    int oe = __shfl_xor_sync(MOEGEN_FULL_MASK, e, o);
+    float oc = __shfl_xor_sync(MOEGEN_FULL_MASK, carry, o);
+    bool take = ranks_before(ov, oe, v, e);
+    v = take ? ov : v;
+    e = take ? oe : e;
+    carry = take ? oc : carry;
+  }
+}

@@ -1,0 +1,89 @@
+/* tests/gpu/gpu.h -- what every GPU test (and the benchmark) needs: the
+ * driver, a context, device buffers, random data, exit 77 without a device. */
+#ifndef MOEGEN_TESTS_GPU_H
+#define MOEGEN_TESTS_GPU_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+
+#include "driver.h"
+
+#define GPU_SKIP 77
+
+static const moegen_driver *gpu_drv;
+
+/* Driver + primary context of device 0 made current; exits 77 (skip) when the
+ * machine has no driver or no device. */
+static void gpu_init_or_skip(void) {
+  char why[512];
+  moegen_status st = moegen_driver_get(&gpu_drv, why, sizeof why);
+  int n = 0;
+  if (st != MOEGEN_OK || gpu_drv->cuDeviceGetCount(&n) != 0 || n == 0) {
+    printf("SKIP: no CUDA device (%s)\n", st != MOEGEN_OK ? why : "no device");
+    exit(GPU_SKIP);
+  }
+  CUdevice dev;
+  CUcontext ctx;
+  if (gpu_drv->cuDeviceGet(&dev, 0) || gpu_drv->cuDevicePrimaryCtxRetain(&ctx, dev) ||
+      gpu_drv->cuCtxSetCurrent(ctx)) {
+    printf("FAIL: cannot make a context on device 0\n");
+    exit(1);
+  }
+}
+
+/* Aborts the test on a failed driver call. */
+#define CU(call)                                                                  \
+  do {                                                                            \
+    CUresult r_ = (call);                                                         \
+    if (r_) {                                                                     \
+      char b_[256];                                                               \
+      moegen_driver_describe(r_, b_, sizeof b_);                                  \
+      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, b_);   \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+
+static void *gpu_alloc(size_t bytes) {
+  CUdeviceptr p = 0;
+  CU(gpu_drv->cuMemAlloc(&p, bytes ? bytes : 16));
+  return (void *)(uintptr_t)p;
+}
+static void gpu_free(void *p) {
+  if (p) gpu_drv->cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+static void gpu_put(void *dst, const void *src, size_t n) {
+  if (n) CU(gpu_drv->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, n));
+}
+static void gpu_get(void *dst, const void *src, size_t n) {
+  if (n) CU(gpu_drv->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n));
+}
+/* Fills with 0xFF bytes: NaN floats, 255 map bytes, -1 ints. */
+static void gpu_poison(void *p, size_t n) {
+  if (n) CU(gpu_drv->cuMemsetD8((CUdeviceptr)(uintptr_t)p, 0xff, n));
+}
+
+/* xorshift64*; seeded from MOEGEN_TEST_SEED or the clock (printed). */
+static uint64_t rng_state;
+static void rng_seed(void) {
+  const char *s = getenv("MOEGEN_TEST_SEED");
+  rng_state = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+  if (!rng_state) rng_state = 1;
+  printf("seed: MOEGEN_TEST_SEED=%llu\n", (unsigned long long)rng_state);
+}
+static uint64_t rng_u64(void) {
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 2685821657736338717ull;
+}
+static float rng_uniform(void) { return (float)((rng_u64() >> 40) * (1.0 / 16777216.0)); }
+static float rng_normal(void) {
+  float u = rng_uniform() + 1e-7f, v = rng_uniform();
+  return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+#endif

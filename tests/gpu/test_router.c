@@ -1,0 +1,293 @@
+/* GPU test: router forward against the CPU reference (tests/ref/router_ref.c)
+ * for every score function and option, random and tie-heavy inputs, odd
+ * sizes, partial outputs, and CUDA-graph capture and replay.
+ * Exit 77 (skipped) without a device. */
+#include <math.h>
+
+#include "gpu.h"
+#include "half.h"
+#include "moegen/moegen.h"
+#include "router_ref.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                  \
+  do {                                    \
+    if (!(cond)) {                        \
+      printf("  FAIL: " __VA_ARGS__);     \
+      printf("\n");                       \
+      failures++;                         \
+      return;                             \
+    }                                     \
+  } while (0)
+
+typedef struct spec {
+  const char *what;
+  int E, K, groups, group_topk, bias, pre;
+  moegen_score score;
+  double scaling;
+  moegen_dtype dt;
+} spec;
+
+static size_t dt_size(moegen_dtype d) { return d == MOEGEN_DTYPE_FP32 ? 4 : 2; }
+
+static float round_dt(moegen_dtype d, float x) {
+  return d == MOEGEN_DTYPE_BF16 ? bf16_to_f32(f32_to_bf16(x))
+       : d == MOEGEN_DTYPE_FP16 ? fp16_to_f32(f32_to_fp16(x)) : x;
+}
+
+static float read_dt(moegen_dtype d, const void *p, size_t i) {
+  if (d == MOEGEN_DTYPE_FP32) return ((const float *)p)[i];
+  uint16_t h = ((const uint16_t *)p)[i];
+  return d == MOEGEN_DTYPE_BF16 ? bf16_to_f32(h) : fp16_to_f32(h);
+}
+
+static void write_dt(moegen_dtype d, void *p, size_t i, float x) {
+  if (d == MOEGEN_DTYPE_FP32) ((float *)p)[i] = x;
+  else ((uint16_t *)p)[i] = d == MOEGEN_DTYPE_BF16 ? f32_to_bf16(x) : f32_to_fp16(x);
+}
+
+/* SPEC.md 6: fp32 router tolerance for E columns. */
+static int close_f32(float got, float want, int E) {
+  if (isnan(got) || isnan(want)) return 0;
+  if (isinf(want) || isinf(got)) return got == want;
+  double atol = fmax(1e-5, 4e-7 * E), rtol = fmax(1.3e-6, 4e-7 * E);
+  return fabs((double)got - want) <= atol + rtol * fabs(want);
+}
+
+/* A 16-bit output is right if it is within one ulp of the rounded reference. */
+static int close_dt(moegen_dtype d, float got, float want, int E) {
+  if (d == MOEGEN_DTYPE_FP32) return close_f32(got, want, E);
+  if (isnan(got)) return 0;
+  double ulp = d == MOEGEN_DTYPE_BF16 ? 1.0 / 128 : 1.0 / 1024;
+  return fabs((double)got - round_dt(d, want)) <= 1e-6 + ulp * fabs(want);
+}
+
+static moegen_config config_of(const spec *s) {
+  moegen_config c;
+  moegen_config_defaults(&c);
+  snprintf(c.name, sizeof c.name, "test");
+  c.experts = s->E;
+  c.topk = s->K;
+  c.hidden = 256;
+  c.ffn = 256;
+  c.score = s->score;
+  c.pre_softmax = s->pre;
+  c.groups = s->groups;
+  c.group_topk = s->group_topk;
+  c.expert_bias = s->bias;
+  c.scaling = s->scaling;
+  c.logits_dtype = s->dt;
+  return c;
+}
+
+/* Random logits; tie-heavy draws from 5 values so many experts tie. */
+static void make_inputs(const spec *s, int T, int ties, float *x, float *bias) {
+  static const float few[] = {-1.0f, -0.5f, 0.0f, 0.5f, 1.0f};
+  for (size_t i = 0; i < (size_t)T * s->E; i++)
+    x[i] = round_dt(s->dt, ties ? few[rng_u64() % 5] : 2.0f * rng_normal());
+  for (int e = 0; e < s->E; e++) bias[e] = ties ? 0.25f * (float)(rng_u64() % 2) : 0.1f * rng_normal();
+}
+
+typedef struct bufs {
+  void *logits, *probs;
+  float *bias, *w, *inter;
+  uint8_t *map;
+  int32_t *idx, *counts;
+} bufs;
+
+static bufs alloc_bufs(const spec *s, int T) {
+  size_t TE = (size_t)T * s->E, TK = (size_t)T * s->K;
+  bufs b = {gpu_alloc(TE * dt_size(s->dt)), gpu_alloc(TE * dt_size(s->dt)),
+            gpu_alloc(4 * (size_t)s->E), gpu_alloc(4 * TK), gpu_alloc(4 * TE),
+            gpu_alloc(TE), gpu_alloc(4 * TK), gpu_alloc(4 * (size_t)s->E)};
+  return b;
+}
+
+static void free_bufs(bufs *b) {
+  gpu_free(b->logits); gpu_free(b->probs); gpu_free(b->bias); gpu_free(b->w);
+  gpu_free(b->inter); gpu_free(b->map); gpu_free(b->idx); gpu_free(b->counts);
+}
+
+/* Uploads x/bias, poisons outputs. */
+static void stage(const spec *s, int T, const bufs *b, const float *x, const float *bias) {
+  size_t TE = (size_t)T * s->E, TK = (size_t)T * s->K;
+  void *hx = malloc(TE * dt_size(s->dt) + 1);
+  for (size_t i = 0; i < TE; i++) write_dt(s->dt, hx, i, x[i]);
+  gpu_put(b->logits, hx, TE * dt_size(s->dt));
+  gpu_put(b->bias, bias, 4 * (size_t)s->E);
+  gpu_poison(b->probs, TE * dt_size(s->dt));
+  gpu_poison(b->map, TE);
+  gpu_poison(b->inter, 4 * TE);
+  gpu_poison(b->idx, 4 * TK);
+  gpu_poison(b->w, 4 * TK);
+  gpu_poison(b->counts, 4 * (size_t)s->E);
+  free(hx);
+}
+
+/* Downloads every output and compares it with the reference. */
+static void verify(const spec *s, int T, const bufs *b, const float *x, const float *bias,
+                   int partial) {
+  moegen_config c = config_of(s);
+  int E = s->E, K = s->K;
+  size_t TE = (size_t)T * E, TK = (size_t)T * K;
+  float *rp = malloc(4 * TE + 4), *rw = malloc(4 * TK + 4), *ri = malloc(4 * TE + 4);
+  uint8_t *rm = malloc(TE + 1), *gm = malloc(TE + 1);
+  int32_t *rx = malloc(4 * TK + 4), *gx = malloc(4 * TK + 4), rc[MOEGEN_MAX_EXPERTS], gc[MOEGEN_MAX_EXPERTS];
+  float *gw = malloc(4 * TK + 4), *gi = malloc(4 * TE + 4);
+  void *gp = malloc(TE * dt_size(s->dt) + 4);
+  router_ref_fwd(&c, T, x, s->bias ? bias : NULL, rp, rm, rx, rw, ri, rc);
+  gpu_get(gc, b->counts, 4 * (size_t)E);
+  for (int e = 0; e < E; e++) CHECK(gc[e] == rc[e], "counts[%d] = %d, want %d", e, gc[e], rc[e]);
+  if (!partial) {
+    gpu_get(gm, b->map, TE);
+    gpu_get(gx, b->idx, 4 * TK);
+    gpu_get(gw, b->w, 4 * TK);
+    gpu_get(gi, b->inter, 4 * TE);
+    gpu_get(gp, b->probs, TE * dt_size(s->dt));
+    for (size_t i = 0; i < TE; i++) {
+      CHECK(gm[i] == rm[i], "map[%zu,%zu] = %d, want %d", i / E, i % E, gm[i], rm[i]);
+      float g = read_dt(s->dt, gp, i);
+      CHECK(close_dt(s->dt, g, rp[i], E), "probs[%zu,%zu] = %.9g, want %.9g", i / E, i % E, g, rp[i]);
+      CHECK(close_f32(gi[i], ri[i], E), "intermediate[%zu,%zu] = %.9g, want %.9g", i / E, i % E,
+            gi[i], ri[i]);
+    }
+    for (size_t i = 0; i < TK; i++) {
+      CHECK(gx[i] == rx[i], "topk_indices[%zu,%zu] = %d, want %d", i / K, i % K, gx[i], rx[i]);
+      CHECK(close_f32(gw[i], rw[i], E), "topk_weights[%zu,%zu] = %.9g, want %.9g", i / K, i % K,
+            gw[i], rw[i]);
+    }
+  }
+  free(rp); free(rw); free(ri); free(rm); free(gm); free(rx); free(gx); free(gw); free(gi); free(gp);
+}
+
+static moegen_router_fwd_args args_of(const spec *s, int T, const bufs *b, int partial) {
+  moegen_router_fwd_args a = {.num_tokens = T, .logits = b->logits,
+                              .expert_bias = s->bias ? b->bias : NULL,
+                              .expert_counts = b->counts};
+  if (!partial) {
+    a.probs = b->probs;
+    a.routing_map = b->map;
+    a.topk_indices = b->idx;
+    a.topk_weights = b->w;
+    a.intermediate = b->inter;
+  }
+  return a;
+}
+
+static void run_case(moegen_module *m, const spec *s, int T, int ties, int partial) {
+  float *x = malloc(4 * (size_t)T * s->E + 4), *bias = malloc(4 * (size_t)s->E);
+  bufs b = alloc_bufs(s, T);
+  make_inputs(s, T, ties, x, bias);
+  stage(s, T, &b, x, bias);
+  moegen_router_fwd_args a = args_of(s, T, &b, partial);
+  moegen_status st = moegen_router_fwd(m, &a, NULL);
+  if (st != MOEGEN_OK) {
+    printf("  FAIL: router_fwd: %s: %s\n", moegen_status_string(st), moegen_module_last_error(m));
+    failures++;
+  } else {
+    CU(gpu_drv->cuCtxSynchronize());
+    verify(s, T, &b, x, bias, partial);
+  }
+  free_bufs(&b);
+  free(x);
+  free(bias);
+}
+
+/* Capture one forward into a graph; replay it on fresh inputs twice. */
+static void graph_case(moegen_module *m, const spec *s, int T) {
+  float *x = malloc(4 * (size_t)T * s->E), *bias = malloc(4 * (size_t)s->E);
+  bufs b = alloc_bufs(s, T);
+  CUstream stream;
+  CUgraph g;
+  CUgraphExec ge;
+  CU(gpu_drv->cuStreamCreate(&stream, MOEGEN_CU_STREAM_NON_BLOCKING));
+  moegen_router_fwd_args a = args_of(s, T, &b, 0);
+  CU(gpu_drv->cuStreamBeginCapture(stream, MOEGEN_CU_STREAM_CAPTURE_MODE_GLOBAL));
+  moegen_status st = moegen_router_fwd(m, &a, stream);
+  CU(gpu_drv->cuStreamEndCapture(stream, &g));
+  if (st != MOEGEN_OK) {
+    printf("  FAIL: router_fwd under capture: %s\n", moegen_module_last_error(m));
+    failures++;
+  } else {
+    CU(gpu_drv->cuGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 2; rep++) {
+      make_inputs(s, T, rep, x, bias);
+      stage(s, T, &b, x, bias);
+      CU(gpu_drv->cuGraphLaunch(ge, stream));
+      CU(gpu_drv->cuStreamSynchronize(stream));
+      verify(s, T, &b, x, bias, 0);
+    }
+    CU(gpu_drv->cuGraphExecDestroy(ge));
+  }
+  CU(gpu_drv->cuGraphDestroy(g));
+  CU(gpu_drv->cuStreamDestroy(stream));
+  free_bufs(&b);
+  free(x);
+  free(bias);
+}
+
+static const spec specs[] = {
+    {"deepseek-v3: sigmoid, 8 groups keep 4, bias, x2.5", 256, 8, 8, 4, 1, 0, MOEGEN_SCORE_SIGMOID, 2.5, MOEGEN_DTYPE_BF16},
+    {"kimi-k2: sigmoid, bias, E=384", 384, 8, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 2.827, MOEGEN_DTYPE_BF16},
+    {"qwen3: softmax pre", 128, 8, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
+    {"mixtral: softmax post E=8 K=2", 8, 2, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
+    {"gpt-oss: softmax post fp32", 128, 4, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32},
+    {"llama4: sigmoid K=1 fp16", 128, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP16},
+    {"sqrtsoftplus E=130 K=5 bias fp32", 130, 5, 0, 0, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.5, MOEGEN_DTYPE_FP32},
+    {"sqrtsoftplus 3 groups keep 2 fp16", 96, 4, 3, 2, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_FP16},
+    {"softmax pre 4 groups keep 2", 64, 6, 4, 2, 0, 1, MOEGEN_SCORE_SOFTMAX, 2.0, MOEGEN_DTYPE_FP32},
+    {"softmax post 8 groups keep 4", 256, 8, 8, 4, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
+    {"sigmoid E=2048 K=32", 2048, 32, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32},
+    {"sigmoid E=2048 K=32 bias", 2048, 32, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_BF16},
+    {"softmax pre K=E=7", 7, 7, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32},
+    {"sigmoid E=1 K=1", 1, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32},
+    {"sigmoid E=33 K=32 bf16", 33, 32, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_BF16},
+    {"sqrtsoftplus E=1024 16 groups keep 4 K=16", 1024, 16, 16, 4, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_BF16},
+    {"sigmoid E=32 K=3 groups 32 keep 3", 32, 3, 32, 3, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32},
+};
+
+#ifdef MOEGEN_TEST_AOT
+/* Built against the AOT output of `moegen --preset deepseek-v3 --name ds3`:
+ * the embedded cubin must behave as the JIT module of specs[0]. */
+#include "ds3.h"
+static const size_t num_specs = 1;
+static moegen_status module_for(const spec *s, moegen_module **m, moegen_error *err) {
+  return ds3_module_create(m);
+}
+#else
+static const size_t num_specs = sizeof specs / sizeof specs[0];
+static moegen_status module_for(const spec *s, moegen_module **m, moegen_error *err) {
+  moegen_config c = config_of(s);
+  return moegen_jit(&c, NULL, m, err);
+}
+#endif
+
+int main(void) {
+  gpu_init_or_skip();
+  rng_seed();
+  static const int tokens[] = {0, 1, 33, 777, 4099};
+  for (size_t i = 0; i < num_specs; i++) {
+    const spec *s = &specs[i];
+    moegen_module *m = NULL;
+    moegen_error err = {0};
+    moegen_status st = module_for(s, &m, &err);
+    if (st == MOEGEN_OK) st = moegen_module_load(m);
+    if (st != MOEGEN_OK) {
+      printf("FAIL %s: %s %s %s\n", s->what, moegen_status_string(st), err.msg,
+             m ? moegen_module_last_error(m) : "");
+      failures++;
+      moegen_module_destroy(m);
+      continue;
+    }
+    int before = failures;
+    for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
+      for (int ties = 0; ties < 2; ties++) run_case(m, s, tokens[t], ties, 0);
+    run_case(m, s, 1000, 0, 1); /* counts only */
+    if (i == 0) graph_case(m, s, 513);
+    printf("%s %s\n", failures == before ? "ok  " : "FAIL", s->what);
+    moegen_module_destroy(m);
+  }
+  printf("%s\n", failures ? "router GPU test FAILED" : "router GPU test passed");
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,175 @@
+/* Generation tests (CPU only; NVRTC needs no GPU):
+ *  - every preset renders, deterministically;
+ *  - the deepseek-v3 render equals the golden text in tests/golden/
+ *    (MOEGEN_UPDATE_GOLDEN=1 rewrites it);
+ *  - every preset compiles with NVRTC for sm_90a and sm_80 with no spills;
+ *  - cold NVRTC compile and cache-hit load times of the router module. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "moegen/moegen.h"
+#include "nvrtc.h"
+
+static int failures;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  s[fread(s, 1, (size_t)n, f)] = 0;
+  fclose(f);
+  return s;
+}
+
+static int render_preset(const char *preset, const char *arch, moegen_sources *out) {
+  moegen_config c;
+  moegen_error err = {0};
+  moegen_config_defaults(&c);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "moegen --preset %s --name golden", preset);
+  moegen_gen_options opt = {.name = "golden", .arch = arch, .compile = MOEGEN_COMPILE_NVRTC,
+                            .command_line = cmd};
+  if (moegen_config_preset(&c, preset, &err) || moegen_config_validate(&c, &err) ||
+      moegen_render(&c, &opt, out, &err)) {
+    printf("FAIL %s: %s\n", preset, err.msg);
+    failures++;
+    return -1;
+  }
+  return 0;
+}
+
+/* Compares text with tests/golden/NAME (or rewrites it). */
+static void golden(const char *name, const char *text) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/golden/%s", getenv("MOEGEN_SOURCE_DIR"), name);
+  if (getenv("MOEGEN_UPDATE_GOLDEN")) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    printf("updated %s\n", path);
+    return;
+  }
+  char *want = slurp(path);
+  if (!want || strcmp(want, text) != 0) {
+    printf("FAIL golden %s differs (MOEGEN_UPDATE_GOLDEN=1 ctest -R test_generate to accept)\n", path);
+    failures++;
+  }
+  free(want);
+}
+
+/* A nonzero "N bytes spill" in a ptxas -v log. */
+static int spills(const char *log) {
+  for (const char *p = log; p && (p = strstr(p, "bytes spill")) != NULL; p++) {
+    const char *q = p;
+    while (q > log && q[-1] != ',' && q[-1] != '\n') q--;
+    if (strtol(q, NULL, 10) != 0) return 1;
+  }
+  return 0;
+}
+
+static void compile_preset(const char *preset, const char *arch) {
+  moegen_sources src;
+  if (render_preset(preset, arch, &src)) return;
+  unsigned char *cubin = NULL;
+  size_t size = 0;
+  char *log = NULL;
+  double t0 = now_s();
+  moegen_status st = moegen_nvrtc_compile(src.cu, strlen(src.cu), "golden.cu", arch, 1, &cubin, &size, &log);
+  double dt = now_s() - t0;
+  if (st != MOEGEN_OK) {
+    printf("FAIL %s %s: %s\n%s\n", preset, arch, moegen_status_string(st), log ? log : "");
+    failures++;
+  } else if (spills(log) || !strstr(log ? log : "", "spill")) {
+    printf("FAIL %s %s: ptxas reports spills (or no ptxas report):\n%s\n", preset, arch, log ? log : "");
+    failures++;
+  } else {
+    printf("ok   %-16s %-7s cubin %6zu bytes, NVRTC %.3f s\n", preset, arch, size, dt);
+  }
+  free(cubin);
+  free(log);
+  moegen_sources_free(&src);
+}
+
+/* Cold compile through the cache, then a hit. */
+static void cache_times(void) {
+  char dir[] = "/tmp/moegen-cache-test-XXXXXX";
+  if (!mkdtemp(dir)) return;
+  setenv("MOEGEN_CACHE_DIR", dir, 1);
+  moegen_set_log(NULL, NULL);
+  moegen_sources src;
+  if (render_preset("deepseek-v3", "sm_90a", &src)) return;
+  double t[2];
+  int hit[2];
+  for (int i = 0; i < 2; i++) {
+    unsigned char *cubin = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    double t0 = now_s();
+    moegen_status st = moegen_cache_compile(src.cu, strlen(src.cu), "golden", "sm_90a", &cubin,
+                                            &size, &log, &hit[i]);
+    t[i] = now_s() - t0;
+    if (st != MOEGEN_OK) {
+      printf("FAIL cache compile: %s %s\n", moegen_status_string(st), log ? log : "");
+      failures++;
+    }
+    free(cubin);
+    free(log);
+  }
+  printf("router module deepseek-v3 sm_90a: cold NVRTC compile %.3f s (hit=%d), cache hit %.2f ms (hit=%d)\n",
+         t[0], hit[0], t[1] * 1e3, hit[1]);
+  /* Generous bounds (CI machines vary); the targets are 1 s and 20 ms. */
+  if (hit[0] || !hit[1] || t[0] > 5.0 || t[1] > 0.2) {
+    printf("FAIL cache timing/hit flags out of bounds\n");
+    failures++;
+  }
+  moegen_sources_free(&src);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
+}
+
+int main(void) {
+  const char *const *presets = moegen_preset_names();
+  for (int i = 0; presets[i]; i++) {
+    moegen_sources a, b;
+    if (render_preset(presets[i], "sm_90a", &a)) continue;
+    if (render_preset(presets[i], "sm_90a", &b)) continue;
+    if (strcmp(a.cu, b.cu) || strcmp(a.h, b.h) || strcmp(a.c, b.c)) {
+      printf("FAIL %s: two renders differ\n", presets[i]);
+      failures++;
+    }
+    if (!strcmp(presets[i], "deepseek-v3")) {
+      golden("deepseek-v3.cu", a.cu);
+      golden("deepseek-v3.h", a.h);
+      golden("deepseek-v3.c", a.c);
+    }
+    moegen_sources_free(&a);
+    moegen_sources_free(&b);
+  }
+  int major = 0, minor = 0;
+  if (moegen_nvrtc_version(&major, &minor) != MOEGEN_OK) {
+    printf("FAIL: NVRTC (libnvrtc.so.13) is not available; the toolkit is a build requirement\n");
+    return 1;
+  }
+  printf("NVRTC %d.%d\n", major, minor);
+  for (int i = 0; presets[i]; i++) {
+    compile_preset(presets[i], "sm_90a");
+    compile_preset(presets[i], "sm_80");
+  }
+  cache_times();
+  return failures ? 1 : 0;
+}
