@@ -36,6 +36,19 @@ static char *concat_free(char *a, char *b) {
   return s;
 }
 
+/* A copy of text with every "*" + "/" broken up, so it can sit in a C comment. */
+static char *comment_safe(const char *text) {
+  size_t n = strlen(text);
+  char *s = malloc(2 * n + 1), *q = s;
+  if (!s) return NULL;
+  for (const char *p = text; *p; p++) {
+    *q++ = *p;
+    if (p[0] == '*' && p[1] == '/') *q++ = ' ';
+  }
+  *q = 0;
+  return s;
+}
+
 /* Reads plan.router into the runtime's plan struct. */
 static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, moegen_router_plan *p,
                             moegen_error *err) {
@@ -45,7 +58,6 @@ static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, moegen
       {"plan.router.threads", offsetof(moegen_router_plan, threads)},
       {"plan.router.tokens_per_block", offsetof(moegen_router_plan, tokens_per_block)},
       {"plan.router.smem_bytes", offsetof(moegen_router_plan, smem_bytes)},
-      {"plan.router.blocks_per_sm", offsetof(moegen_router_plan, blocks_per_sm)},
       {"plan.router.logits_dtype_id", offsetof(moegen_router_plan, logits_dtype)},
   };
   memset(p, 0, sizeof *p);
@@ -70,11 +82,17 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
     return err->code;
   }
   moegen_config_to_lua(cfg, out->config_lua, n + 1);
+  out->command_line = comment_safe(opt->command_line ? opt->command_line : "(library call)");
+  if (!out->command_line) {
+    err->code = EX_OSERR;
+    snprintf(err->msg, sizeof err->msg, "out of memory");
+    return err->code;
+  }
   const char *kv[] = {"name", opt->name,
                       "arch", opt->arch,
                       "compile", compile_mode_name(opt->compile),
                       "version", MOEGEN_VERSION,
-                      "command_line", opt->command_line ? opt->command_line : "(library call)",
+                      "command_line", out->command_line,
                       "config_lua", out->config_lua,
                       NULL};
   moegen_sandbox *sb = NULL;
@@ -106,5 +124,6 @@ void moegen_sources_free(moegen_sources *s) {
   free(s->h);
   free(s->c);
   free(s->config_lua);
+  free(s->command_line);
   memset(s, 0, sizeof *s);
 }

@@ -59,6 +59,9 @@ typedef struct moegen_driver {
   CUresult (*cuLibraryUnload)(CUlibrary lib);
   CUresult (*cuLibraryGetKernel)(CUkernel *k, CUlibrary lib, const char *name);
   CUresult (*cuKernelSetAttribute)(int attrib, int val, CUkernel k, CUdevice d);
+  CUresult (*cuKernelGetFunction)(CUfunction *f, CUkernel k);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks, CUfunction f, int threads,
+                                                          size_t smem);
   CUresult (*cuLaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                              unsigned bx, unsigned by, unsigned bz, unsigned smem,
                              CUstream s, void **params, void **extra);

@@ -38,6 +38,7 @@ struct moegen_module {
   /* 1 + the dynamic smem bytes set for kernel k on device d; 0 = not set up.
    * The release store publishes kernels[k], sm_count[d] and lib. */
   atomic_uint ready[MOEGEN_KERNEL_COUNT][MAX_DEVICES];
+  int occupancy[MOEGEN_KERNEL_COUNT][MAX_DEVICES]; /* resident blocks per SM, under lock */
 
   pthread_mutex_t error_lock;          /* guards error */
   char *error;                         /* last error of any thread, or NULL */
@@ -298,22 +299,37 @@ static moegen_status set_smem(moegen_module *m, moegen_kernel_id id, CUdevice d,
                             moegen_kernel_names[id], smem, d, limit, text);
 }
 
+/* Resident blocks of kernel id per SM on the current device (lock held),
+ * for persistent grids. */
+static moegen_status measure_occupancy(moegen_module *m, moegen_kernel_id id, CUdevice d,
+                                       unsigned threads, unsigned smem) {
+  CUfunction f;
+  int blocks = 0;
+  CUresult r = m->drv->cuKernelGetFunction(&f, m->kernels[id]);
+  if (!r) r = m->drv->cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, (int)threads, smem);
+  if (r) return moegen_module_cuda_fail(m, r, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  m->occupancy[id][d] = blocks > 0 ? blocks : 1;
+  return MOEGEN_OK;
+}
+
 /* Slow path: everything kernel id needs on device d, then publish. */
-static moegen_status prepare(moegen_module *m, moegen_kernel_id id, CUdevice d, unsigned smem) {
+static moegen_status prepare(moegen_module *m, moegen_kernel_id id, CUdevice d, unsigned threads,
+                             unsigned smem) {
   pthread_mutex_lock(&m->lock);
   moegen_status st = setup_device(m, d);
   if (st == MOEGEN_OK) st = load_library(m);
   if (st == MOEGEN_OK) st = resolve_kernel(m, id);
   unsigned done = atomic_load_explicit(&m->ready[id][d], memory_order_relaxed);
   if (st == MOEGEN_OK && done < smem + 1) st = set_smem(m, id, d, smem);
+  if (st == MOEGEN_OK && done < smem + 1) st = measure_occupancy(m, id, d, threads, smem);
   if (st == MOEGEN_OK && done < smem + 1)
     atomic_store_explicit(&m->ready[id][d], smem + 1, memory_order_release);
   pthread_mutex_unlock(&m->lock);
   return st;
 }
 
-moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsigned smem_bytes,
-                                   CUfunction *fn, moegen_device_info *dev) {
+moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsigned threads,
+                                   unsigned smem_bytes, CUfunction *fn, moegen_device_info *dev) {
   if (!m || !fn || !dev || (unsigned)id >= MOEGEN_KERNEL_COUNT) return MOEGEN_ERR_INVALID_ARGUMENT;
   if (!m->drv) return m->unusable; /* the reason is already the last error */
   if (smem_bytes > (unsigned)INT_MAX)
@@ -323,30 +339,37 @@ moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsign
   moegen_status st = current_device(m, &d);
   if (st != MOEGEN_OK) return st;
   if (atomic_load_explicit(&m->ready[id][d], memory_order_acquire) < smem_bytes + 1) {
-    st = prepare(m, id, d, smem_bytes);
+    st = prepare(m, id, d, threads, smem_bytes);
     if (st != MOEGEN_OK) return st;
   }
   *fn = (CUfunction)m->kernels[id];
   dev->device = d;
   dev->sm_count = m->sm_count[d];
+  dev->blocks_per_sm = m->occupancy[id][d];
   return MOEGEN_OK;
 }
 
-/* Dynamic shared memory kernel id launches with, or -1 if the image lacks it. */
-static int kernel_smem(const moegen_image *img, moegen_kernel_id id) {
-  if (id == MOEGEN_KERNEL_ROUTER_FWD && img->router.experts > 0) return img->router.smem_bytes;
-  return -1;
+/* Block size and dynamic shared memory kernel id launches with; 0 if the
+ * image lacks the kernel. */
+static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *threads,
+                        unsigned *smem) {
+  if (id == MOEGEN_KERNEL_ROUTER_FWD && img->router.experts > 0) {
+    *threads = (unsigned)img->router.threads;
+    *smem = (unsigned)img->router.smem_bytes;
+    return 1;
+  }
+  return 0;
 }
 
 moegen_status moegen_module_load(moegen_module *m) {
   if (!m) return MOEGEN_ERR_INVALID_ARGUMENT;
   if (!m->drv) return m->unusable;
   for (int id = 0; id < MOEGEN_KERNEL_COUNT; id++) {
-    int smem = kernel_smem(m->image, (moegen_kernel_id)id);
-    if (smem < 0) continue;
+    unsigned threads, smem;
+    if (!kernel_shape(m->image, (moegen_kernel_id)id, &threads, &smem)) continue;
     CUfunction fn;
     moegen_device_info dev;
-    moegen_status st = moegen_module_kernel(m, (moegen_kernel_id)id, (unsigned)smem, &fn, &dev);
+    moegen_status st = moegen_module_kernel(m, (moegen_kernel_id)id, threads, smem, &fn, &dev);
     if (st != MOEGEN_OK) return st;
   }
   return MOEGEN_OK;

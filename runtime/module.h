@@ -17,6 +17,7 @@ extern const char *const moegen_kernel_names[MOEGEN_KERNEL_COUNT]; /* "moegen_ro
 typedef struct moegen_device_info {
   CUdevice device;
   int sm_count;
+  int blocks_per_sm; /* resident blocks of this kernel per SM (occupancy), >= 1 */
 } moegen_device_info;
 
 /* Creates a module that owns `image`: moegen_module_destroy calls
@@ -28,11 +29,12 @@ moegen_status moegen_module_create_owned(moegen_image *image, void (*free_image)
 /* Returns the launchable function of kernel `id` on the current context's
  * device, loading (and for JIT images compiling) the module on first use.
  * Sets the kernel's max dynamic shared memory to `smem_bytes` on that device
+ * and measures how many blocks of `threads` stay resident per SM
  * (again only if a later call asks for more). Thread-safe; after the first
  * call per device it takes no lock and makes one driver call, cuCtxGetDevice
  * (which device is current). Errors are recorded as the module's last error. */
-moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsigned smem_bytes,
-                                   CUfunction *fn, moegen_device_info *dev);
+moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsigned threads,
+                                   unsigned smem_bytes, CUfunction *fn, moegen_device_info *dev);
 
 /* The driver table (valid after a successful module_create). */
 const moegen_driver *moegen_module_driver(const moegen_module *m);

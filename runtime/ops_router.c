@@ -62,7 +62,8 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
   const moegen_router_plan *p = &moegen_module_image(m)->router;
   CUfunction fn;
   moegen_device_info dev;
-  st = moegen_module_kernel(m, MOEGEN_KERNEL_ROUTER_FWD, (unsigned)p->smem_bytes, &fn, &dev);
+  st = moegen_module_kernel(m, MOEGEN_KERNEL_ROUTER_FWD, (unsigned)p->threads,
+                            (unsigned)p->smem_bytes, &fn, &dev);
   if (st != MOEGEN_OK) return st;
   const moegen_driver *d = moegen_module_driver(m);
   CUresult r;
@@ -73,7 +74,7 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
   if (a->num_tokens == 0) return MOEGEN_OK;
   int T = (int)a->num_tokens;
   long long blocks = (a->num_tokens + p->tokens_per_block - 1) / p->tokens_per_block;
-  long long cap = (long long)dev.sm_count * p->blocks_per_sm;
+  long long cap = (long long)dev.sm_count * dev.blocks_per_sm; /* one full wave, persistent */
   unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
   router_fwd_params prm = {a->logits, a->expert_bias, a->probs, a->routing_map, a->topk_indices,
                            a->topk_weights, a->intermediate, a->expert_counts};

@@ -84,19 +84,17 @@ template <int W> __device__ __forceinline__ float seg_sum(float x) {
 }
 
 // (value, id) pairs ordered by value descending, then id ascending: the
-// top-k order of SPEC.md. `carry` rides along with the winner.
+// top-k order of SPEC.md.
 __device__ __forceinline__ bool ranks_before(float v, int e, float bv, int be) {
   return v > bv || (v == bv && e < be);
 }
-template <int W> __device__ __forceinline__ void seg_argmax(float &v, int &e, float &carry) {
+template <int W> __device__ __forceinline__ void seg_argmax(float &v, int &e) {
 #pragma unroll
   for (int o = W / 2; o > 0; o /= 2) {
     float ov = __shfl_xor_sync(MOEGEN_FULL_MASK, v, o);
     int oe = __shfl_xor_sync(MOEGEN_FULL_MASK, e, o);
-    float oc = __shfl_xor_sync(MOEGEN_FULL_MASK, carry, o);
     bool take = ranks_before(ov, oe, v, e);
     v = take ? ov : v;
     e = take ? oe : e;
-    carry = take ? oc : carry;
   }
 }

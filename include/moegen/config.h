@@ -1,8 +1,8 @@
 /* moegen/config.h -- the validated MoE configuration every generator stage reads.
  *
- * A configuration comes from a Lua table file, a Hugging Face config.json, a
- * built-in preset, and `key=value` overrides, applied in that order onto the
- * defaults. Every field remembers where it was last set (file and line), so a
+ * A configuration comes from a built-in preset, a Hugging Face config.json,
+ * a Lua table file and `key=value` overrides, applied in that order onto the
+ * defaults (the CLI's order). Every field remembers where it was last set (file and line), so a
  * validation failure can say `FILE:LINE: field: reason`.
  *
  * Error convention: functions return 0 on success or a sysexits(3) code
@@ -35,6 +35,7 @@ typedef enum moegen_dtype {
 /* Hard limits of the generated kernels (checked by validation). */
 #define MOEGEN_MAX_EXPERTS 2048
 #define MOEGEN_MAX_TOPK 32
+#define MOEGEN_MAX_GROUPS 32 /* groups > 1 map to lanes of one warp */
 
 /* Field ids, in the order of the config keys (see moegen_config_key_name). */
 typedef enum moegen_field {
@@ -81,14 +82,19 @@ typedef struct moegen_error {
  * The defaults alone do not validate: experts/topk/hidden/ffn must be set. */
 void moegen_config_defaults(moegen_config *c);
 
-/* Applies a Lua config file: a chunk that returns a table of config keys,
- * run in an empty sandbox. Unknown keys, wrong types and malformed files are
- * errors (EX_DATAERR; EX_NOINPUT if the file cannot be read). */
+/* Applies a Lua config file: a text chunk that returns a table of config
+ * keys, run in a sandbox whose environment holds only `math` (without
+ * random), under memory and instruction caps. Unknown keys, wrong types and
+ * malformed files are errors (EX_DATAERR; EX_CONFIG for an unknown score or
+ * dtype name or a name over 63 characters; EX_NOINPUT if the file cannot be
+ * read). On error `c` is unchanged. */
 int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err);
 
 /* Applies a Hugging Face config.json (DeepSeek-V3/Kimi-K2, Qwen3-MoE, Mixtral,
  * gpt-oss, Llama-4 with text_config). Bare NaN/Infinity are tolerated.
- * Unknown HF keys are ignored; known keys of the wrong type are errors. */
+ * Unknown HF keys are ignored; known keys of the wrong type are errors
+ * (EX_DATAERR, like malformed JSON and an unsupported model_type; EX_NOINPUT
+ * if the file cannot be read). On error `c` is unchanged. */
 int moegen_config_load_hf(moegen_config *c, const char *path, moegen_error *err);
 
 /* Applies a built-in preset by name (see moegen_preset_names). EX_USAGE if unknown. */
@@ -98,7 +104,9 @@ int moegen_config_preset(moegen_config *c, const char *name, moegen_error *err);
 const char *const *moegen_preset_names(void);
 
 /* Applies one `key=value` override; `argpos` is the argument's position on
- * the command line (recorded as the origin line). */
+ * the command line (recorded as the origin line). Booleans are true/false.
+ * EX_USAGE without '=' or for an unknown key, EX_DATAERR for a value of the
+ * wrong type, EX_CONFIG for an unknown score/dtype name or a long name. */
 int moegen_config_set(moegen_config *c, const char *assignment, int argpos, moegen_error *err);
 
 /* Checks every field and every cross-field rule (K <= E, E % groups == 0,
@@ -110,8 +118,14 @@ int moegen_config_validate(const moegen_config *c, moegen_error *err);
  * buf; returns the length it needs (like snprintf). Deterministic. */
 size_t moegen_config_to_lua(const moegen_config *c, char *buf, size_t size);
 
-/* Config key name of a field ("experts", "topk", ...). */
+/* Config key name of a field ("experts", "topk", ...); NULL if f is out of range. */
 const char *moegen_config_key_name(moegen_field f);
+
+/* The values a config key takes ("integer", "number", "true|false", "string",
+ * "sigmoid|softmax|sqrtsoftplus", "fp32|bf16|fp16") and its one-line meaning,
+ * for help texts; NULL if f is out of range. */
+const char *moegen_config_key_type(moegen_field f);
+const char *moegen_config_key_help(moegen_field f);
 
 /* Text names for enums ("softmax", "bf16", ...). */
 const char *moegen_score_name(moegen_score s);

@@ -38,6 +38,7 @@ typedef struct moegen_sources {
   char *c;                  /* the image definition of NAME.c (moegen_generate adds the data) */
   moegen_router_plan router;
   char *config_lua;         /* the config as a Lua table */
+  char *command_line;       /* opt->command_line, made safe to put inside a C comment */
 } moegen_sources;
 
 /* Renders the templates for a validated config. Deterministic: the same

@@ -56,8 +56,7 @@ typedef struct moegen_router_plan {
   int topk;             /* K */
   int threads;          /* block size */
   int tokens_per_block; /* tokens one block handles per iteration */
-  int smem_bytes;       /* dynamic shared memory per block */
-  int blocks_per_sm;    /* grid cap = SMs * blocks_per_sm (persistent grid) */
+  int smem_bytes;       /* dynamic shared memory per block (the grid is one full wave) */
   int logits_dtype;     /* moegen_dtype of logits and probs */
   int has_bias;         /* 1 if the kernel reads expert_bias */
 } moegen_router_plan;

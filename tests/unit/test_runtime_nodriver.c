@@ -35,7 +35,6 @@ static moegen_image test_image(void) {
   img.router.topk = 2;
   img.router.threads = 128;
   img.router.tokens_per_block = 4;
-  img.router.blocks_per_sm = 1;
   return img;
 }
 

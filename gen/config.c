@@ -1,0 +1,741 @@
+/* gen/config.c -- the configuration fields: defaults, the key table, Lua
+ * config files, `key=value` overrides, validation and Lua output.
+ *
+ * Every config key has one descriptor (keys[] below): its name, its value
+ * type, where it lives in moegen_config and a one-line meaning. Lua files
+ * and --set overrides both turn a raw value into a `value` and hand it to
+ * store(), so both accept and reject exactly the same things with the same
+ * messages. Lua files run as a text chunk in an environment that holds only
+ * `math` (without random), under a memory cap and an instruction cap.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "moegen/config.h"
+
+#define ORIGIN_DEFAULT "<default>"
+#define ORIGIN_COMMAND_LINE "<command line>"
+#define LUA_MEMORY_LIMIT (16u << 20)   /* bytes a config chunk's state may hold */
+#define LUA_HOOK_STEP 1000             /* VM instructions between two hook calls */
+#define LUA_INSTRUCTION_LIMIT 10000000 /* VM instructions a config chunk may run */
+
+/* ---------------------------------------------------------------- the key table */
+
+typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_STR, KT_SCORE, KT_DTYPE } key_type;
+
+typedef struct key_desc {
+  const char *key;  /* config key (Lua table key, --set key) */
+  key_type type;
+  size_t offset;    /* of the member in moegen_config */
+  const char *help; /* one-line meaning, for --help */
+} key_desc;
+
+#define KEY(f, t, member, help) [f] = {#member, t, offsetof(moegen_config, member), help}
+static const key_desc keys[MOEGEN_F_COUNT] = {
+    KEY(MOEGEN_F_NAME, KT_STR, name, "model name, informational (at most 63 characters)"),
+    KEY(MOEGEN_F_EXPERTS, KT_INT, experts, "E, routed experts (1..2048)"),
+    KEY(MOEGEN_F_TOPK, KT_INT, topk, "K, experts per token (1..min(E, 32))"),
+    KEY(MOEGEN_F_HIDDEN, KT_INT, hidden, "H, hidden size (model dim), > 0"),
+    KEY(MOEGEN_F_FFN, KT_INT, ffn, "F, per-expert FFN (intermediate) size, > 0"),
+    KEY(MOEGEN_F_SCORE, KT_SCORE, score, "router score function"),
+    KEY(MOEGEN_F_PRE_SOFTMAX, KT_BOOL, pre_softmax,
+        "softmax over all E before top-K, no renormalization (softmax only)"),
+    KEY(MOEGEN_F_GROUPS, KT_INT, groups, "expert groups; 0 = no group-limited routing"),
+    KEY(MOEGEN_F_GROUP_TOPK, KT_INT, group_topk, "groups kept per token; 0 when groups = 0"),
+    KEY(MOEGEN_F_EXPERT_BIAS, KT_BOOL, expert_bias,
+        "fp32 [E] bias added to the scores for selection (sigmoid/sqrtsoftplus only)"),
+    KEY(MOEGEN_F_SCALING, KT_NUM, scaling, "routed scaling factor on the probs, finite, > 0"),
+    KEY(MOEGEN_F_LOGITS_DTYPE, KT_DTYPE, logits_dtype, "router logits and probs dtype"),
+    KEY(MOEGEN_F_DTYPE, KT_DTYPE, dtype, "activations and weights dtype; bf16 or fp16 only"),
+    KEY(MOEGEN_F_SHARED_EXPERTS, KT_INT, shared_experts,
+        "shared experts, >= 0 (informational: the caller runs them)"),
+    KEY(MOEGEN_F_AUX_LOSS_COEFF, KT_NUM, aux_loss_coeff,
+        "aux loss coefficient, finite, >= 0 (informational)"),
+};
+
+static const char *const type_text[] = {
+    [KT_INT] = "integer", [KT_NUM] = "number", [KT_BOOL] = "true|false", [KT_STR] = "string",
+    [KT_SCORE] = "sigmoid|softmax|sqrtsoftplus", [KT_DTYPE] = "fp32|bf16|fp16"};
+
+static const char *const score_names[] = {"sigmoid", "softmax", "sqrtsoftplus"};
+static const char *const dtype_names[] = {"fp32", "bf16", "fp16"};
+#define N_SCORES (sizeof score_names / sizeof score_names[0])
+#define N_DTYPES (sizeof dtype_names / sizeof dtype_names[0])
+
+const char *moegen_config_key_name(moegen_field f) {
+  return (unsigned)f < MOEGEN_F_COUNT ? keys[f].key : NULL;
+}
+
+const char *moegen_config_key_type(moegen_field f) {
+  return (unsigned)f < MOEGEN_F_COUNT ? type_text[keys[f].type] : NULL;
+}
+
+const char *moegen_config_key_help(moegen_field f) {
+  return (unsigned)f < MOEGEN_F_COUNT ? keys[f].help : NULL;
+}
+
+const char *moegen_score_name(moegen_score s) {
+  return (unsigned)s < N_SCORES ? score_names[s] : "?";
+}
+
+const char *moegen_dtype_name(moegen_dtype d) {
+  return (unsigned)d < N_DTYPES ? dtype_names[d] : "?";
+}
+
+/* Field whose key is the `len` bytes at `key`, or -1. */
+static int find_key(const char *key, size_t len) {
+  for (int f = 0; f < MOEGEN_F_COUNT; f++)
+    if (strlen(keys[f].key) == len && memcmp(keys[f].key, key, len) == 0) return f;
+  return -1;
+}
+
+/* ---------------------------------------------------------------- errors and origins */
+
+static void set_origin(moegen_origin *o, const char *file, int line) {
+  snprintf(o->file, sizeof o->file, "%s", file);
+  o->line = line;
+}
+
+/* Fills err with "FILE:LINE: what: reason" ("FILE: what: reason" when line
+ * is 0; no "what: " when what is NULL) and returns code. */
+static int fail_at(moegen_error *err, int code, const char *file, int line, const char *what,
+                   const char *fmt, ...) {
+  char where[320], reason[640];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  if (line > 0)
+    snprintf(where, sizeof where, "%s:%d", file, line);
+  else
+    snprintf(where, sizeof where, "%s", file);
+  err->code = code;
+  if (what)
+    snprintf(err->msg, sizeof err->msg, "%s: %s: %s", where, what, reason);
+  else
+    snprintf(err->msg, sizeof err->msg, "%s: %s", where, reason);
+  return code;
+}
+
+void moegen_config_defaults(moegen_config *c) {
+  memset(c, 0, sizeof *c);
+  c->topk = 1;
+  c->score = MOEGEN_SCORE_SOFTMAX;
+  c->scaling = 1.0;
+  c->logits_dtype = MOEGEN_DTYPE_BF16;
+  c->dtype = MOEGEN_DTYPE_BF16;
+  for (int f = 0; f < MOEGEN_F_COUNT; f++) set_origin(&c->origin[f], ORIGIN_DEFAULT, 0);
+}
+
+/* ---------------------------------------------------------------- values */
+
+/* A raw value from a Lua table or a --set text, before its type check. */
+typedef enum value_kind { V_INT, V_FLOAT, V_BOOL, V_STRING, V_OTHER } value_kind;
+
+typedef struct value {
+  value_kind kind;
+  long long i;   /* V_INT */
+  double d;      /* V_FLOAT */
+  bool b;        /* V_BOOL */
+  const char *s; /* V_STRING: the text; V_OTHER: its type name */
+  size_t len;    /* V_STRING: bytes of s (may hold NULs from Lua) */
+} value;
+
+/* Writes a short description of v ("\"many\"", "2.5", "a table") into buf. */
+static void describe(const value *v, char *buf, size_t size) {
+  switch (v->kind) {
+  case V_INT: snprintf(buf, size, "%lld", v->i); break;
+  case V_FLOAT: snprintf(buf, size, "%g", v->d); break;
+  case V_BOOL: snprintf(buf, size, "%s", v->b ? "true" : "false"); break;
+  case V_STRING: snprintf(buf, size, "\"%.40s%s\"", v->s, v->len > 40 ? "..." : ""); break;
+  case V_OTHER: snprintf(buf, size, "a %s", v->s); break;
+  }
+}
+
+/* Reason a name is not acceptable, or NULL. */
+static const char *name_problem(const char *s, size_t len) {
+  if (len >= sizeof((moegen_config *)0)->name) return "longer than 63 characters";
+  for (size_t i = 0; i < len; i++)
+    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return "contains a control character";
+  return NULL;
+}
+
+/* Index of the `len` bytes at s in names[n], or -1. */
+static int find_name(const char *const *names, size_t n, const char *s, size_t len) {
+  for (size_t i = 0; i < n; i++)
+    if (strlen(names[i]) == len && memcmp(names[i], s, len) == 0) return (int)i;
+  return -1;
+}
+
+/* Whether v is an integer (or an integral float) that fits an int. */
+static bool int_of(const value *v, int *out) {
+  if (v->kind == V_FLOAT && v->d == floor(v->d) && fabs(v->d) <= 2147483647.0)
+    *out = (int)v->d;
+  else if (v->kind == V_INT && v->i >= -2147483647LL - 1 && v->i <= 2147483647LL)
+    *out = (int)v->i;
+  else
+    return false;
+  return true;
+}
+
+/* What a value of each key type must be, for "expected X" messages. */
+static const char *const expected_text[] = {
+    [KT_INT] = "an integer", [KT_NUM] = "a number", [KT_BOOL] = "a boolean (true or false)",
+    [KT_STR] = "a string", [KT_SCORE] = "a string", [KT_DTYPE] = "a string"};
+
+/* Checks v against field f's type and stores it; on failure returns a
+ * sysexits code with the reason (without the key) in why. */
+static int convert(moegen_config *c, moegen_field f, const value *v, char *why, size_t n) {
+  char *p = (char *)c + keys[f].offset;
+  char got[64];
+  const char *problem = NULL;
+  int i = -1;
+  describe(v, got, sizeof got);
+  switch (keys[f].type) {
+  case KT_INT:
+    if (!int_of(v, (int *)p)) break;
+    return 0;
+  case KT_NUM:
+    if (v->kind != V_INT && v->kind != V_FLOAT) break;
+    *(double *)p = v->kind == V_INT ? (double)v->i : v->d;
+    return 0;
+  case KT_BOOL:
+    if (v->kind != V_BOOL) break;
+    *(bool *)p = v->b;
+    return 0;
+  case KT_STR:
+    if (v->kind != V_STRING) break;
+    if (!(problem = name_problem(v->s, v->len))) {
+      memcpy(p, v->s, v->len);
+      p[v->len] = 0;
+      return 0;
+    }
+    snprintf(why, n, "%s is %s", got, problem);
+    return EX_CONFIG;
+  case KT_SCORE:
+  case KT_DTYPE:
+    if (v->kind != V_STRING) break;
+    if (keys[f].type == KT_SCORE && (i = find_name(score_names, N_SCORES, v->s, v->len)) >= 0)
+      *(moegen_score *)p = (moegen_score)i;
+    if (keys[f].type == KT_DTYPE && (i = find_name(dtype_names, N_DTYPES, v->s, v->len)) >= 0)
+      *(moegen_dtype *)p = (moegen_dtype)i;
+    if (i >= 0) return 0;
+    snprintf(why, n, "unknown %s %s (expected %s)",
+             keys[f].type == KT_SCORE ? "score function" : "dtype", got, type_text[keys[f].type]);
+    return EX_CONFIG;
+  }
+  snprintf(why, n, "expected %s, got %s", expected_text[keys[f].type], got);
+  return EX_DATAERR;
+}
+
+/* Stores v into field f and records FILE:LINE as its origin, or fills err. */
+static int store(moegen_config *c, moegen_field f, const value *v, const char *file, int line,
+                 moegen_error *err) {
+  char why[256];
+  int rc = convert(c, f, v, why, sizeof why);
+  if (rc) return fail_at(err, rc, file, line, keys[f].key, "%s", why);
+  set_origin(&c->origin[f], file, line);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- key=value */
+
+/* The value that the text s stands for in a field of type t: true/false for
+ * booleans, a number for numeric fields when all of s parses, else s itself
+ * (which store() then accepts or rejects). */
+static value value_of_text(key_type t, const char *s) {
+  value v = {.kind = V_STRING, .s = s, .len = strlen(s)};
+  char *end;
+  if (t == KT_BOOL && (strcmp(s, "true") == 0 || strcmp(s, "false") == 0)) {
+    v.kind = V_BOOL;
+    v.b = s[0] == 't';
+  } else if ((t == KT_INT || t == KT_NUM) && *s && !strchr(" \t\n", *s)) {
+    errno = 0;
+    long long i = strtoll(s, &end, 10);
+    if (*end == 0 && errno == 0) return (value){.kind = V_INT, .i = i};
+    double d = strtod(s, &end);
+    if (*end == 0) return (value){.kind = V_FLOAT, .d = d};
+  }
+  return v;
+}
+
+int moegen_config_set(moegen_config *c, const char *assignment, int argpos, moegen_error *err) {
+  const char *eq = strchr(assignment, '=');
+  if (!eq)
+    return fail_at(err, EX_USAGE, ORIGIN_COMMAND_LINE, argpos, NULL,
+                   "expected key=value, got \"%s\"", assignment);
+  int f = find_key(assignment, (size_t)(eq - assignment));
+  if (f < 0)
+    return fail_at(err, EX_USAGE, ORIGIN_COMMAND_LINE, argpos, NULL,
+                   "%.*s: unknown config key", (int)(eq - assignment), assignment);
+  value v = value_of_text(keys[f].type, eq + 1);
+  return store(c, (moegen_field)f, &v, ORIGIN_COMMAND_LINE, argpos, err);
+}
+
+/* ---------------------------------------------------------------- Lua files: limits */
+
+typedef struct lua_budget {
+  size_t memory;     /* bytes the state holds */
+  long hook_calls;   /* count-hook calls so far (LUA_HOOK_STEP instructions each) */
+} lua_budget;
+
+/* lua_Alloc: realloc that refuses to grow the state past LUA_MEMORY_LIMIT. */
+static void *budget_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  lua_budget *b = ud;
+  size_t old = ptr ? osize : 0; /* with ptr NULL, osize is a type tag */
+  if (nsize == 0) {
+    free(ptr);
+    b->memory -= old;
+    return NULL;
+  }
+  if (nsize > old && nsize - old > LUA_MEMORY_LIMIT - b->memory) return NULL;
+  void *block = realloc(ptr, nsize);
+  if (block) b->memory = b->memory - old + nsize;
+  return block;
+}
+
+/* Count hook: raises ":LINE: instruction limit exceeded" once the chunk has
+ * run LUA_INSTRUCTION_LIMIT instructions. */
+static void budget_hook(lua_State *L, lua_Debug *ar) {
+  void *ud;
+  lua_getallocf(L, &ud);
+  if (++((lua_budget *)ud)->hook_calls < LUA_INSTRUCTION_LIMIT / LUA_HOOK_STEP) return;
+  lua_getinfo(L, "l", ar);
+  lua_pushfstring(L, ":%d: instruction limit exceeded (%d instructions; runaway loop?)",
+                  ar->currentline, LUA_INSTRUCTION_LIMIT);
+  lua_error(L);
+}
+
+/* ---------------------------------------------------------------- Lua files: key lines */
+
+static bool is_ident_char(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '_';
+}
+
+/* Skips the quoted string starting at p (a quote); counts its newlines. */
+static const char *skip_string(const char *p, int *line) {
+  char quote = *p++;
+  for (; *p && *p != quote && *p != '\n'; p++) {
+    if (*p == '\\' && p[1]) {
+      if (p[1] == '\n') ++*line;
+      p++;
+    }
+  }
+  return *p == quote ? p + 1 : p;
+}
+
+/* Whether the identifier `key` appears at p, assigned to (`key =`). */
+static bool assigns_key(const char *text, const char *p, const char *key, size_t n) {
+  if ((p > text && is_ident_char(p[-1])) || strncmp(p, key, n) != 0 || is_ident_char(p[n]))
+    return false;
+  for (p += n; *p == ' ' || *p == '\t'; p++) continue;
+  return p[0] == '=' && p[1] != '=';
+}
+
+/* 1-based line of the last `key =` in Lua text outside strings and short
+ * comments, or 0. The last, because in a table constructor the last
+ * assignment of a key wins, and a `local key = ...` comes before the table.
+ * Good enough for configs written by hand. */
+static int lua_key_line(const char *text, const char *key) {
+  size_t n = strlen(key);
+  int line = 1, found = 0;
+  for (const char *p = text; *p;) {
+    if (*p == '\n') {
+      line++;
+      p++;
+    } else if (p[0] == '-' && p[1] == '-') {
+      while (*p && *p != '\n') p++;
+    } else if (*p == '"' || *p == '\'') {
+      p = skip_string(p, &line);
+    } else {
+      if (assigns_key(text, p, key, n)) found = line;
+      p++;
+    }
+  }
+  return found;
+}
+
+/* ---------------------------------------------------------------- Lua files: running */
+
+typedef struct lua_job {
+  moegen_config *cfg; /* receives the keys */
+  const char *text;   /* the file's contents, NUL-terminated */
+  size_t size;
+  const char *path;
+  moegen_error *err;
+  int rc;             /* 0 or a sysexits code with err filled */
+} lua_job;
+
+/* Records the chunk's failure (status, message on top of the stack). Lua
+ * positions come out as ":LINE: msg" (the chunk name is empty), so the path
+ * goes in front. */
+static void chunk_error(lua_State *L, lua_job *j, int status) {
+  const char *msg = lua_tostring(L, -1);
+  j->rc = EX_DATAERR;
+  if (status == LUA_ERRMEM)
+    fail_at(j->err, j->rc, j->path, 0, NULL, "memory limit exceeded (%u MiB)",
+            LUA_MEMORY_LIMIT >> 20);
+  else if (!msg)
+    fail_at(j->err, j->rc, j->path, 0, NULL, "error object is a %s value", luaL_typename(L, -1));
+  else if (msg[0] == ':')
+    snprintf(j->err->msg, sizeof j->err->msg, "%s%s", j->path, msg);
+  else
+    fail_at(j->err, j->rc, j->path, 0, NULL, "%s", msg);
+  j->err->code = j->rc;
+}
+
+/* Pushes the chunk's environment: a table holding only `math` (a copy of
+ * the math library without random and randomseed, which would make a
+ * config nondeterministic). */
+static void push_env(lua_State *L) {
+  lua_newtable(L);
+  luaL_requiref(L, "math", luaopen_math, 0);
+  lua_newtable(L);
+  for (lua_pushnil(L); lua_next(L, -3);) {
+    const char *name = lua_tostring(L, -2);
+    if (strcmp(name, "random") != 0 && strcmp(name, "randomseed") != 0) {
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_rawset(L, -4);
+    } else {
+      lua_pop(L, 1);
+    }
+  }
+  lua_remove(L, -2);
+  lua_setfield(L, -2, "math");
+}
+
+/* The value at stack index idx as a raw config value. */
+static value value_of_lua(lua_State *L, int idx) {
+  value v = {.kind = V_OTHER, .s = luaL_typename(L, idx)};
+  switch (lua_type(L, idx)) {
+  case LUA_TNUMBER:
+    if (lua_isinteger(L, idx)) return (value){.kind = V_INT, .i = lua_tointeger(L, idx)};
+    return (value){.kind = V_FLOAT, .d = lua_tonumber(L, idx)};
+  case LUA_TBOOLEAN: return (value){.kind = V_BOOL, .b = lua_toboolean(L, idx)};
+  case LUA_TSTRING: v.kind = V_STRING; v.s = lua_tolstring(L, idx, &v.len); break;
+  }
+  return v;
+}
+
+/* Checks that every key of the table on top is a config key. Of several
+ * unknown keys, reports the one on the first line (table order is not
+ * stable). */
+static int check_keys(lua_State *L, lua_job *j) {
+  const char *bad = NULL;
+  int bad_line = 0;
+  for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      return fail_at(j->err, EX_DATAERR, j->path, 0, NULL,
+                     "the returned table has a %s key; config keys are names",
+                     luaL_typename(L, -2));
+    size_t len;
+    const char *key = lua_tolstring(L, -2, &len);
+    if (find_key(key, len) >= 0) continue;
+    int line = lua_key_line(j->text, key);
+    if (!bad || (line > 0 && (bad_line == 0 || line < bad_line)) ||
+        (line == bad_line && strcmp(key, bad) < 0)) {
+      bad = key;
+      bad_line = line;
+    }
+  }
+  if (bad) return fail_at(j->err, EX_DATAERR, j->path, bad_line, bad, "unknown config key");
+  return 0;
+}
+
+/* Stores every config key of the table on top into j->cfg. */
+static int apply_table(lua_State *L, lua_job *j) {
+  int rc = check_keys(L, j);
+  for (int f = 0; rc == 0 && f < MOEGEN_F_COUNT; f++) {
+    if (lua_getfield(L, -1, keys[f].key) != LUA_TNIL) {
+      value v = value_of_lua(L, -1);
+      rc = store(j->cfg, (moegen_field)f, &v, j->path, lua_key_line(j->text, keys[f].key), j->err);
+    }
+    lua_pop(L, 1);
+  }
+  return rc;
+}
+
+/* lua_CFunction run in protected mode: loads and runs the chunk of the job
+ * (argument 1, a light userdata), then applies the table it returns. */
+static int run_job(lua_State *L) {
+  lua_job *j = lua_touserdata(L, 1);
+  int status = luaL_loadbufferx(L, j->text, j->size, "=", "t");
+  if (status == LUA_OK) {
+    push_env(L);
+    lua_setupvalue(L, -2, 1);
+    lua_sethook(L, budget_hook, LUA_MASKCOUNT, LUA_HOOK_STEP);
+    status = lua_pcall(L, 0, 1, 0);
+    lua_sethook(L, NULL, 0, 0);
+  }
+  if (status != LUA_OK) {
+    chunk_error(L, j, status);
+  } else if (!lua_istable(L, -1)) {
+    j->rc = fail_at(j->err, EX_DATAERR, j->path, 0, NULL,
+                    "the chunk must return a table of config keys, not a %s value",
+                    luaL_typename(L, -1));
+  } else {
+    j->rc = apply_table(L, j);
+  }
+  return 0;
+}
+
+/* Reads a whole file into a new NUL-terminated buffer, or NULL (errno set). */
+static char *read_text(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t n = 0, cap = 0, got = 1;
+  errno = 0;
+  while (got > 0) {
+    if (n + 1 >= cap) {
+      char *more = realloc(buf, cap = cap * 2 + 4096);
+      if (!more) {
+        errno = ENOMEM;
+        break;
+      }
+      buf = more;
+    }
+    n += got = fread(buf + n, 1, cap - n - 1, f);
+  }
+  int failed = got > 0 || ferror(f);
+  if (ferror(f) && errno == 0) errno = EIO;
+  fclose(f);
+  if (failed) {
+    free(buf);
+    return NULL;
+  }
+  buf[n] = 0;
+  *size = n;
+  return buf;
+}
+
+int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err) {
+  size_t size;
+  char *text = read_text(path, &size);
+  if (!text) return fail_at(err, EX_NOINPUT, path, 0, NULL, "cannot read: %s", strerror(errno));
+  lua_budget budget = {0, 0};
+  lua_State *L = lua_newstate(budget_alloc, &budget);
+  moegen_config tmp = *c;
+  lua_job job = {&tmp, text, size, path, err, 0};
+  if (!L) {
+    job.rc = fail_at(err, EX_OSERR, path, 0, NULL, "cannot create a Lua state");
+  } else {
+    lua_pushcfunction(L, run_job);
+    lua_pushlightuserdata(L, &job);
+    int status = lua_pcall(L, 1, 0, 0);
+    if (status != LUA_OK) chunk_error(L, &job, status);
+    lua_close(L);
+  }
+  free(text);
+  if (job.rc == 0) *c = tmp;
+  return job.rc;
+}
+
+/* ---------------------------------------------------------------- validation */
+
+/* Fills err with "ORIGIN-OF-f: key: reason" and returns code. */
+static int reject(moegen_error *err, int code, const moegen_config *c, moegen_field f,
+                  const char *fmt, ...) {
+  char reason[640];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  const moegen_origin *o = &c->origin[f];
+  return fail_at(err, code, o->file, o->line, keys[f].key, "%s%s", reason,
+                 strcmp(o->file, ORIGIN_DEFAULT) == 0 ? " (not set)" : "");
+}
+
+static int check_name(const moegen_config *c, moegen_error *err) {
+  size_t len = strnlen(c->name, sizeof c->name);
+  if (len == sizeof c->name)
+    return reject(err, EX_DATAERR, c, MOEGEN_F_NAME, "not NUL-terminated");
+  const char *why = name_problem(c->name, len);
+  return why ? reject(err, EX_CONFIG, c, MOEGEN_F_NAME, "\"%s\" is %s", c->name, why) : 0;
+}
+
+static int check_sizes(const moegen_config *c, moegen_error *err) {
+  if (c->experts < 1 || c->experts > MOEGEN_MAX_EXPERTS)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_EXPERTS, "must be in 1..%d, got %d",
+                  MOEGEN_MAX_EXPERTS, c->experts);
+  if (c->topk < 1)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_TOPK, "must be at least 1, got %d", c->topk);
+  if (c->topk > MOEGEN_MAX_TOPK)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_TOPK, "%d exceeds the kernel limit of %d", c->topk,
+                  MOEGEN_MAX_TOPK);
+  if (c->topk > c->experts)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_TOPK, "%d exceeds experts (%d)", c->topk,
+                  c->experts);
+  if (c->hidden < 1)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_HIDDEN, "must be > 0, got %d", c->hidden);
+  if (c->ffn < 1) return reject(err, EX_CONFIG, c, MOEGEN_F_FFN, "must be > 0, got %d", c->ffn);
+  return 0;
+}
+
+static int check_score(const moegen_config *c, moegen_error *err) {
+  if ((unsigned)c->score >= N_SCORES)
+    return reject(err, EX_DATAERR, c, MOEGEN_F_SCORE, "invalid enum value %d", (int)c->score);
+  if (c->pre_softmax && c->score != MOEGEN_SCORE_SOFTMAX)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_PRE_SOFTMAX,
+                  "only valid with score = \"softmax\" (score is \"%s\"; TE ignores it and "
+                  "forces it to false); set pre_softmax = false",
+                  score_names[c->score]);
+  if (c->expert_bias && c->score == MOEGEN_SCORE_SOFTMAX)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_EXPERT_BIAS,
+                  "only valid with score = \"sigmoid\" or \"sqrtsoftplus\" (score is \"softmax\")");
+  return 0;
+}
+
+/* Group-limited routing: TE's checks, in TE's order. */
+static int check_groups(const moegen_config *c, moegen_error *err) {
+  int E = c->experts, K = c->topk, g = c->groups, gk = c->group_topk;
+  if (g < 0) return reject(err, EX_CONFIG, c, MOEGEN_F_GROUPS, "must be >= 0, got %d", g);
+  if (gk < 0) return reject(err, EX_CONFIG, c, MOEGEN_F_GROUP_TOPK, "must be >= 0, got %d", gk);
+  if (g == 0 && gk == 0) return 0;
+  if (g == 0)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_GROUP_TOPK, "%d needs groups > 0 (groups = 0)", gk);
+  if (gk == 0)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_GROUPS, "%d needs group_topk > 0 (group_topk = 0)",
+                  g);
+  if (K % gk != 0)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_GROUP_TOPK,
+                  "topk (%d) is not a multiple of group_topk (%d)", K, gk);
+  if (gk > g)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_GROUP_TOPK, "%d exceeds groups (%d)", gk, g);
+  if (g > MOEGEN_MAX_GROUPS)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_GROUPS,
+                  "%d exceeds the %d groups the router kernel supports", g, MOEGEN_MAX_GROUPS);
+  if (E % g != 0)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_GROUPS,
+                  "experts (%d) is not a multiple of groups (%d)", E, g);
+  if (K / gk > E / g)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_GROUP_TOPK,
+                  "topk/group_topk = %d experts per kept group exceeds experts/groups = %d",
+                  K / gk, E / g);
+  return 0;
+}
+
+static int check_numbers(const moegen_config *c, moegen_error *err) {
+  if (!isfinite(c->scaling))
+    return reject(err, EX_CONFIG, c, MOEGEN_F_SCALING, "must be finite, got %g", c->scaling);
+  if (c->scaling <= 0)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_SCALING,
+                  "must be > 0, got %g (on 0, TE multiplies the probs by 0 while its reference "
+                  "does not scale at all; use 1 for no scaling)",
+                  c->scaling);
+  if (c->shared_experts < 0)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_SHARED_EXPERTS, "must be >= 0, got %d",
+                  c->shared_experts);
+  if (!isfinite(c->aux_loss_coeff) || c->aux_loss_coeff < 0)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_AUX_LOSS_COEFF, "must be finite and >= 0, got %g",
+                  c->aux_loss_coeff);
+  return 0;
+}
+
+static int check_dtypes(const moegen_config *c, moegen_error *err) {
+  if ((unsigned)c->logits_dtype >= N_DTYPES)
+    return reject(err, EX_DATAERR, c, MOEGEN_F_LOGITS_DTYPE, "invalid enum value %d",
+                  (int)c->logits_dtype);
+  if ((unsigned)c->dtype >= N_DTYPES)
+    return reject(err, EX_DATAERR, c, MOEGEN_F_DTYPE, "invalid enum value %d", (int)c->dtype);
+  if (c->dtype == MOEGEN_DTYPE_FP32)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_DTYPE, "must be \"bf16\" or \"fp16\", got \"fp32\"");
+  return 0;
+}
+
+int moegen_config_validate(const moegen_config *c, moegen_error *err) {
+  int rc = check_name(c, err);
+  if (!rc) rc = check_sizes(c, err);
+  if (!rc) rc = check_score(c, err);
+  if (!rc) rc = check_groups(c, err);
+  if (!rc) rc = check_numbers(c, err);
+  if (!rc) rc = check_dtypes(c, err);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- Lua output */
+
+/* snprintf-style appender: counts every byte, writes what fits. */
+typedef struct sink {
+  char *buf;
+  size_t size, len;
+} sink;
+
+static void put(sink *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(s->len < s->size ? s->buf + s->len : NULL,
+                    s->len < s->size ? s->size - s->len : 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) s->len += (size_t)n;
+}
+
+/* Writes d as a Lua number that reads back to exactly d: the shortest %g
+ * form, with ".0" when that looks like an integer; 1/0, -1/0, 0/0 otherwise. */
+static void put_number(sink *s, double d) {
+  char text[40];
+  if (isnan(d)) {
+    put(s, "0/0");
+    return;
+  }
+  if (isinf(d)) {
+    put(s, d > 0 ? "1/0" : "-1/0");
+    return;
+  }
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(text, sizeof text, "%.*g", digits, d);
+    if (strtod(text, NULL) == d) break;
+  }
+  put(s, "%s%s", text, strpbrk(text, ".e") ? "" : ".0");
+}
+
+/* Writes the first len bytes of str as a Lua string literal. */
+static void put_string(sink *s, const char *str, size_t len) {
+  put(s, "\"");
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)str[i];
+    if (ch == '"' || ch == '\\')
+      put(s, "\\%c", ch);
+    else if (ch < 0x20 || ch == 0x7f)
+      put(s, "\\%03d", ch);
+    else
+      put(s, "%c", ch);
+  }
+  put(s, "\"");
+}
+
+static void put_enum(sink *s, const char *name) { put_string(s, name, strlen(name)); }
+
+static void put_field(sink *s, const moegen_config *c, moegen_field f) {
+  const char *p = (const char *)c + keys[f].offset;
+  put(s, "  %s = ", keys[f].key);
+  switch (keys[f].type) {
+  case KT_INT: put(s, "%d", *(const int *)p); break;
+  case KT_NUM: put_number(s, *(const double *)p); break;
+  case KT_BOOL: put(s, "%s", *(const bool *)p ? "true" : "false"); break;
+  case KT_STR: put_string(s, p, strnlen(p, sizeof c->name)); break;
+  case KT_SCORE: put_enum(s, moegen_score_name(*(const moegen_score *)p)); break;
+  case KT_DTYPE: put_enum(s, moegen_dtype_name(*(const moegen_dtype *)p)); break;
+  }
+  put(s, ",\n");
+}
+
+size_t moegen_config_to_lua(const moegen_config *c, char *buf, size_t size) {
+  sink s = {buf, size, 0};
+  if (size > 0) buf[0] = 0;
+  put(&s, "return {\n");
+  for (int f = 0; f < MOEGEN_F_COUNT; f++) put_field(&s, c, (moegen_field)f);
+  put(&s, "}\n");
+  return s.len;
+}

@@ -1,0 +1,5 @@
+return {
+  experts = 8,
+  topk = 2
+  hidden = 64,
+}

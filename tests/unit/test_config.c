@@ -1,0 +1,631 @@
+/* tests/unit/test_config.c -- configuration input (gen/config.c,
+ * gen/hf_config.c, gen/presets.c), on the CPU:
+ *  - the key table, the defaults, every preset validates;
+ *  - the HF config.json of each preset's model loads to exactly the preset;
+ *  - NaN/Infinity in HF files, malformed JSON and Lua, wrong types, unknown
+ *    keys and sandbox limits give FILE:LINE messages and the right code;
+ *  - every validation rule rejects, naming the field and its FILE:LINE;
+ *  - key=value overrides; to_lua -> load_lua round trips.
+ * Environment: MOEGEN_SOURCE_DIR (fixtures in tests/unit/configs) and
+ * MOEGEN_SHARED_DIR (the models/ files). Optional argument: the moegen binary,
+ * whose --help must list every config key. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "moegen/config.h"
+#include "runtime_check.h"
+
+static char fixtures[4096], models[4096];
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Writes text to a new temporary file ending in suffix; returns its path
+ * (static buffer, valid until the next call). */
+static const char *temp_file(const char *text, const char *suffix) {
+  static char path[4096];
+  const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  snprintf(path, sizeof path, "%s/moegen_test_config_XXXXXX%s", dir, suffix);
+  int fd = mkstemps(path, (int)strlen(suffix));
+  if (fd < 0) return NULL;
+  ssize_t n = write(fd, text, strlen(text));
+  close(fd);
+  return n == (ssize_t)strlen(text) ? path : NULL;
+}
+
+/* Whether every value field of a and b is equal; prints the first that differs. */
+static int same_values(const moegen_config *a, const moegen_config *b, const char *what) {
+  const char *bad = NULL;
+  if (strcmp(a->name, b->name) != 0) bad = "name";
+  else if (a->experts != b->experts) bad = "experts";
+  else if (a->topk != b->topk) bad = "topk";
+  else if (a->hidden != b->hidden) bad = "hidden";
+  else if (a->ffn != b->ffn) bad = "ffn";
+  else if (a->score != b->score) bad = "score";
+  else if (a->pre_softmax != b->pre_softmax) bad = "pre_softmax";
+  else if (a->groups != b->groups) bad = "groups";
+  else if (a->group_topk != b->group_topk) bad = "group_topk";
+  else if (a->expert_bias != b->expert_bias) bad = "expert_bias";
+  else if (memcmp(&a->scaling, &b->scaling, sizeof a->scaling) != 0) bad = "scaling";
+  else if (a->logits_dtype != b->logits_dtype) bad = "logits_dtype";
+  else if (a->dtype != b->dtype) bad = "dtype";
+  else if (a->shared_experts != b->shared_experts) bad = "shared_experts";
+  else if (memcmp(&a->aux_loss_coeff, &b->aux_loss_coeff, sizeof(double)) != 0)
+    bad = "aux_loss_coeff";
+  CHECK(!bad, "%s: %s differs", what, bad);
+  return !bad;
+}
+
+/* Checks that rc/err is the error `code` whose message contains `want`. */
+static void expect_error(int rc, const moegen_error *err, int code, const char *want,
+                         const char *what) {
+  CHECK(rc == code && err->code == code, "%s: rc %d (err.code %d), want %d; msg: %s", what, rc,
+        err->code, code, err->msg);
+  CHECK(strstr(err->msg, want) != NULL, "%s: message \"%s\" lacks \"%s\"", what, err->msg, want);
+}
+
+static void preset(moegen_config *c, const char *name) {
+  moegen_error err = {0};
+  moegen_config_defaults(c);
+  int rc = moegen_config_preset(c, name, &err);
+  CHECK(rc == 0, "preset %s: %s", name, err.msg);
+}
+
+/* ---------------------------------------------------------------- keys, defaults, presets */
+
+static void test_keys(void) {
+  for (int f = 0; f < MOEGEN_F_COUNT; f++) {
+    const char *k = moegen_config_key_name((moegen_field)f);
+    CHECK(k && *k && moegen_config_key_type((moegen_field)f) &&
+              moegen_config_key_help((moegen_field)f),
+          "field %d has no key, type or help", f);
+    for (int g = 0; k && g < f; g++)
+      CHECK(strcmp(k, moegen_config_key_name((moegen_field)g)) != 0, "key %s twice", k);
+  }
+  CHECK(moegen_config_key_name(MOEGEN_F_COUNT) == NULL, "key name past the end");
+  CHECK(strcmp(moegen_config_key_name(MOEGEN_F_GROUP_TOPK), "group_topk") == 0, "group_topk");
+  CHECK(strcmp(moegen_score_name(MOEGEN_SCORE_SQRTSOFTPLUS), "sqrtsoftplus") == 0, "score name");
+  CHECK(strcmp(moegen_dtype_name(MOEGEN_DTYPE_FP16), "fp16") == 0, "dtype name");
+}
+
+static void test_defaults(void) {
+  moegen_config c;
+  moegen_error err = {0};
+  moegen_config_defaults(&c);
+  CHECK(c.topk == 1 && c.score == MOEGEN_SCORE_SOFTMAX && c.scaling == 1.0 && c.groups == 0 &&
+            c.dtype == MOEGEN_DTYPE_BF16,
+        "defaults");
+  CHECK(strcmp(c.origin[MOEGEN_F_TOPK].file, "<default>") == 0, "default origin");
+  expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG,
+               "<default>: experts: must be in 1..2048, got 0 (not set)", "defaults");
+}
+
+static void test_presets(void) {
+  int n = 0;
+  for (const char *const *p = moegen_preset_names(); *p; p++, n++) {
+    moegen_config c;
+    moegen_error err = {0};
+    preset(&c, *p);
+    CHECK(moegen_config_validate(&c, &err) == 0, "preset %s: %s", *p, err.msg);
+    CHECK(strcmp(c.name, *p) == 0, "preset %s names itself %s", *p, c.name);
+    CHECK(c.logits_dtype == MOEGEN_DTYPE_BF16 && c.dtype == MOEGEN_DTYPE_BF16, "%s dtypes", *p);
+    char want[300];
+    snprintf(want, sizeof want, "<preset %s>", *p);
+    for (int f = 0; f < MOEGEN_F_COUNT; f++)
+      CHECK(strcmp(c.origin[f].file, want) == 0 && c.origin[f].line == 0, "%s origin %d", *p, f);
+  }
+  CHECK(n == 7, "%d presets", n);
+  moegen_config c;
+  moegen_error err = {0};
+  moegen_config_defaults(&c);
+  expect_error(moegen_config_preset(&c, "gpt-5", &err), &err, EX_USAGE,
+               "unknown preset \"gpt-5\" (known: deepseek-v3, kimi-k2", "unknown preset");
+}
+
+/* ---------------------------------------------------------------- HF config.json */
+
+/* Every preset equals what its model's config.json loads to. */
+static void test_hf_models(void) {
+  for (const char *const *p = moegen_preset_names(); *p; p++) {
+    char path[4500];
+    snprintf(path, sizeof path, "%s/%s.json", models, *p);
+    moegen_config want, got;
+    moegen_error err = {0};
+    preset(&want, *p);
+    moegen_config_defaults(&got);
+    int rc = moegen_config_load_hf(&got, path, &err);
+    CHECK(rc == 0, "%s: %s", path, err.msg);
+    if (rc) continue;
+    same_values(&got, &want, *p);
+    CHECK(moegen_config_validate(&got, &err) == 0, "%s: %s", path, err.msg);
+    CHECK(strcmp(got.origin[MOEGEN_F_EXPERTS].file, path) == 0 &&
+              got.origin[MOEGEN_F_EXPERTS].line > 1,
+          "%s: experts origin %s:%d", *p, got.origin[MOEGEN_F_EXPERTS].file,
+          got.origin[MOEGEN_F_EXPERTS].line);
+    static const moegen_field from_file[] = {MOEGEN_F_NAME, MOEGEN_F_EXPERTS, MOEGEN_F_TOPK,
+                                             MOEGEN_F_HIDDEN, MOEGEN_F_FFN, MOEGEN_F_SCORE,
+                                             MOEGEN_F_GROUPS, MOEGEN_F_SCALING};
+    for (size_t i = 0; i < sizeof from_file / sizeof from_file[0]; i++)
+      CHECK(strcmp(got.origin[from_file[i]].file, path) == 0, "%s: field %s not from the file",
+            *p, moegen_config_key_name(from_file[i]));
+    for (int f = 0; f < MOEGEN_F_COUNT; f++)
+      CHECK(strcmp(got.origin[f].file, path) == 0 || strcmp(got.origin[f].file, "<default>") == 0,
+            "%s: field %s from %s", *p, moegen_config_key_name((moegen_field)f),
+            got.origin[f].file);
+  }
+}
+
+/* Specific origins: the line of the key that set each field. */
+static void test_hf_origins(void) {
+  char path[4500];
+  snprintf(path, sizeof path, "%s/deepseek-v3.json", models);
+  moegen_config c;
+  moegen_error err = {0};
+  moegen_config_defaults(&c);
+  CHECK(moegen_config_load_hf(&c, path, &err) == 0, "%s", err.msg);
+  CHECK(c.origin[MOEGEN_F_EXPERTS].line == 9, "n_routed_experts line %d",
+        c.origin[MOEGEN_F_EXPERTS].line);
+  CHECK(c.origin[MOEGEN_F_SCORE].line == 15, "scoring_func line %d", c.origin[MOEGEN_F_SCORE].line);
+  CHECK(c.origin[MOEGEN_F_EXPERT_BIAS].line == 14, "topk_method line %d",
+        c.origin[MOEGEN_F_EXPERT_BIAS].line);
+  snprintf(path, sizeof path, "%s/llama4-maverick.json", models);
+  CHECK(moegen_config_load_hf(&c, path, &err) == 0, "%s", err.msg);
+  CHECK(c.origin[MOEGEN_F_EXPERTS].line == 11 && c.origin[MOEGEN_F_SCORE].line == 5,
+        "llama4 lines %d %d", c.origin[MOEGEN_F_EXPERTS].line, c.origin[MOEGEN_F_SCORE].line);
+}
+
+static void test_hf_nonfinite(void) {
+  char path[4500];
+  snprintf(path, sizeof path, "%s/hf_nonfinite.json", fixtures);
+  moegen_config c, want;
+  moegen_error err = {0};
+  moegen_config_defaults(&c);
+  CHECK(moegen_config_load_hf(&c, path, &err) == 0, "%s", err.msg);
+  preset(&want, "deepseek-v3");
+  snprintf(want.name, sizeof want.name, "hf_nonfinite");
+  same_values(&c, &want, "hf_nonfinite.json (no scoring_func: sigmoid)");
+  CHECK(moegen_config_validate(&c, &err) == 0, "%s", err.msg);
+
+  /* A NaN in a known real key loads, then fails validation at its line. */
+  const char *p = temp_file("{\"model_type\": \"kimi_k2\",\n \"n_routed_experts\": 384,\n"
+                            " \"num_experts_per_tok\": 8, \"hidden_size\": 7168,\n"
+                            " \"moe_intermediate_size\": 2048,\n"
+                            " \"routed_scaling_factor\": NaN}\n",
+                            ".json");
+  moegen_config_defaults(&c);
+  CHECK(p && moegen_config_load_hf(&c, p, &err) == 0, "NaN scaling: %s", err.msg);
+  char want_msg[4200];
+  snprintf(want_msg, sizeof want_msg, "%s:5: scaling: must be finite", p);
+  expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG, want_msg, "NaN scaling");
+  unlink(p);
+}
+
+/* Loads the fixture or text (a temp .json file when text is set) and expects an error. */
+static void expect_hf_error(const char *fixture, const char *text, int code, const char *want_fmt,
+                            const char *what) {
+  char path[4500], want[4600];
+  const char *p = path;
+  if (text)
+    p = temp_file(text, ".json");
+  else
+    snprintf(path, sizeof path, "%s/%s", fixtures, fixture);
+  snprintf(want, sizeof want, want_fmt, p);
+  moegen_config c, before;
+  moegen_error err = {0};
+  preset(&c, "mixtral-8x7b");
+  before = c;
+  expect_error(moegen_config_load_hf(&c, p, &err), &err, code, want, what);
+  CHECK(memcmp(&c, &before, sizeof c) == 0, "%s: a failed load changed the config", what);
+  if (text) unlink(p);
+}
+
+static void test_hf_errors(void) {
+  expect_hf_error("hf_malformed.json", NULL, EX_DATAERR, "%s:4: json: ", "malformed JSON");
+  expect_hf_error("hf_wrong_type.json", NULL, EX_DATAERR,
+                  "%s:4: n_routed_experts: expected an integer", "wrong type");
+  expect_hf_error("hf_unknown_model.json", NULL, EX_DATAERR,
+                  "%s:3: model_type: unsupported model type \"bert\"", "unknown model_type");
+  expect_hf_error("no_such_file.json", NULL, EX_NOINPUT, "%s: cannot read: ", "missing file");
+  expect_hf_error(NULL, "[1, 2]\n", EX_DATAERR, "%s:1: json: the top level is not an object",
+                  "array root");
+  expect_hf_error(NULL, "{\"hidden_size\": 1}\n", EX_DATAERR,
+                  "%s: model_type: missing, and architectures names no supported model",
+                  "no model_type");
+  expect_hf_error(NULL, "{\"model_type\": 7}\n", EX_DATAERR, "%s:1: model_type: expected a string",
+                  "model_type type");
+  expect_hf_error(NULL,
+                  "{\"model_type\": \"gpt_oss\",\n\"num_experts_per_tok\": 4,\n"
+                  "\"experts_per_token\": 2}\n",
+                  EX_DATAERR, "%s:3: experts_per_token: disagrees with num_experts_per_tok",
+                  "alias disagreement");
+  expect_hf_error(NULL, "{\"model_type\": \"deepseek_v3\",\n\"routed_scaling_factor\": \"2.5\"}\n",
+                  EX_DATAERR, "%s:2: routed_scaling_factor: expected a number", "real type");
+  expect_hf_error(NULL, "{\"model_type\": \"qwen3_moe\",\n\"norm_topk_prob\": 1}\n", EX_DATAERR,
+                  "%s:2: norm_topk_prob: expected a boolean", "bool type");
+  expect_hf_error(NULL, "{\"model_type\": \"deepseek_v3\",\n\"scoring_func\": \"relu\"}\n",
+                  EX_CONFIG, "%s:2: scoring_func: unsupported score function \"relu\"",
+                  "scoring_func");
+  expect_hf_error(NULL,
+                  "{\"model_type\": \"deepseek_v3\", \"num_experts_per_tok\": 8,\n"
+                  "\"norm_topk_prob\": false}\n",
+                  EX_CONFIG, "%s:2: norm_topk_prob: false is not supported with sigmoid",
+                  "sigmoid without renormalization");
+  expect_hf_error(NULL, "{\"model_type\": \"llama4\",\n\"text_config\": []}\n", EX_DATAERR,
+                  "%s:2: text_config: expected an object", "text_config type");
+  expect_hf_error(NULL, "{\"model_type\": \"mixtral\",\n\"hidden_size\": NaN}\n", EX_DATAERR,
+                  "%s:2: hidden_size: expected an integer", "NaN integer");
+}
+
+/* Family facts beyond the seven files: Qwen3's norm_topk_prob default (false,
+ * as in transformers) means pre-softmax; architectures stand in for model_type;
+ * aliases; config.json names the config after its model_type. */
+static void test_hf_families(void) {
+  moegen_config c;
+  moegen_error err = {0};
+  const char *p = temp_file("{\"model_type\": \"qwen3_moe\", \"num_experts\": 64}\n", ".json");
+  moegen_config_defaults(&c);
+  CHECK(p && moegen_config_load_hf(&c, p, &err) == 0, "qwen3: %s", err.msg);
+  CHECK(c.pre_softmax && c.score == MOEGEN_SCORE_SOFTMAX && c.experts == 64, "qwen3 default");
+  unlink(p);
+  p = temp_file("{\"architectures\": [\"X\", \"DeepseekV3ForCausalLM\"],\n"
+                "\"num_routed_experts\": 64, \"num_shared_experts\": 2,\n"
+                "\"n_group\": 1, \"topk_group\": 1, \"topk_method\": \"greedy\"}\n",
+                ".json");
+  moegen_config_defaults(&c);
+  CHECK(p && moegen_config_load_hf(&c, p, &err) == 0, "architectures: %s", err.msg);
+  CHECK(c.score == MOEGEN_SCORE_SIGMOID && c.experts == 64 && c.shared_experts == 2 &&
+            c.groups == 0 && c.group_topk == 0 && !c.expert_bias,
+        "deepseek by architectures");
+  CHECK(c.origin[MOEGEN_F_SCORE].line == 1, "architectures origin line");
+  unlink(p);
+
+  char dir[] = "/tmp/moegen_test_config_dirXXXXXX", path[64];
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs("{\"model_type\": \"mixtral\", \"dtype\": \"float16\"}\n", f);
+    fclose(f);
+  }
+  moegen_config_defaults(&c);
+  CHECK(moegen_config_load_hf(&c, path, &err) == 0, "config.json: %s", err.msg);
+  CHECK(strcmp(c.name, "mixtral") == 0 && c.dtype == MOEGEN_DTYPE_FP16, "config.json name %s",
+        c.name);
+  unlink(path);
+  rmdir(dir);
+}
+
+/* ---------------------------------------------------------------- Lua files */
+
+static void test_lua_good(void) {
+  char path[4500];
+  snprintf(path, sizeof path, "%s/good.lua", fixtures);
+  moegen_config c;
+  moegen_error err = {0};
+  moegen_config_defaults(&c);
+  CHECK(moegen_config_load_lua(&c, path, &err) == 0, "%s", err.msg);
+  CHECK(moegen_config_validate(&c, &err) == 0, "%s", err.msg);
+  CHECK(strcmp(c.name, "good") == 0 && c.experts == 128 && c.topk == 8 && c.hidden == 4096 &&
+            c.ffn == 1536 && c.score == MOEGEN_SCORE_SQRTSOFTPLUS && c.groups == 8 &&
+            c.group_topk == 4 && c.expert_bias && c.scaling == 2.5 &&
+            c.logits_dtype == MOEGEN_DTYPE_FP32 && c.dtype == MOEGEN_DTYPE_FP16 &&
+            c.shared_experts == 2 && c.aux_loss_coeff == 1e-3 && !c.pre_softmax,
+        "good.lua values");
+  CHECK(strcmp(c.origin[MOEGEN_F_EXPERTS].file, path) == 0 && c.origin[MOEGEN_F_EXPERTS].line == 5,
+        "experts origin %s:%d", c.origin[MOEGEN_F_EXPERTS].file, c.origin[MOEGEN_F_EXPERTS].line);
+  CHECK(c.origin[MOEGEN_F_AUX_LOSS_COEFF].line == 17, "aux origin line %d",
+        c.origin[MOEGEN_F_AUX_LOSS_COEFF].line);
+  CHECK(strcmp(c.origin[MOEGEN_F_PRE_SOFTMAX].file, "<default>") == 0, "untouched origin");
+}
+
+/* Loads a fixture (or text as a temp .lua file) and expects an error whose
+ * message contains want_fmt with the path put in; the config must not change. */
+static void expect_lua_error(const char *fixture, const char *text, int code, const char *want_fmt,
+                             const char *what) {
+  char path[4500], want[4600];
+  const char *p = path;
+  if (text)
+    p = temp_file(text, ".lua");
+  else
+    snprintf(path, sizeof path, "%s/%s", fixtures, fixture);
+  snprintf(want, sizeof want, want_fmt, p);
+  moegen_config c, before;
+  moegen_error err = {0};
+  preset(&c, "deepseek-v3");
+  before = c;
+  expect_error(moegen_config_load_lua(&c, p, &err), &err, code, want, what);
+  CHECK(memcmp(&c, &before, sizeof c) == 0, "%s: a failed load changed the config", what);
+  if (text) unlink(p);
+}
+
+static void test_lua_errors(void) {
+  expect_lua_error("malformed.lua", NULL, EX_DATAERR, "%s:4: '}' expected (to close '{' at line 1)",
+                   "syntax error");
+  expect_lua_error("no_such_file.lua", NULL, EX_NOINPUT, "%s: cannot read: ", "missing file");
+  expect_lua_error(NULL, "local t = {}\nreturn { experts = t.x.y }\n", EX_DATAERR,
+                   "%s:2: attempt to index a nil value", "runtime error");
+  expect_lua_error(NULL, "\n\nerror('custom')\n", EX_DATAERR,
+                   "%s:3: attempt to call a nil value (global 'error')", "no base library");
+  expect_lua_error(NULL, "return { experts = 1 + {} }\n", EX_DATAERR,
+                   "%s:1: attempt to perform arithmetic on a table value", "arithmetic");
+  expect_lua_error(NULL, "return 42\n", EX_DATAERR,
+                   "%s: the chunk must return a table of config keys, not a number value",
+                   "not a table");
+  expect_lua_error(NULL, "return {\n  experts = 8,\n  expert = 2,\n  bogus = 1,\n}\n", EX_DATAERR,
+                   "%s:3: expert: unknown config key", "unknown key");
+  expect_lua_error(NULL, "return { 256 }\n", EX_DATAERR, "%s: the returned table has a number key",
+                   "array item");
+  expect_lua_error(NULL, "return {\n  experts = \"many\",\n}\n", EX_DATAERR,
+                   "%s:2: experts: expected an integer, got \"many\"", "wrong type");
+  expect_lua_error(NULL, "return {\n  topk = 2.5,\n}\n", EX_DATAERR,
+                   "%s:2: topk: expected an integer, got 2.5", "fractional integer");
+  expect_lua_error(NULL, "return {\n  expert_bias = 1,\n}\n", EX_DATAERR,
+                   "%s:2: expert_bias: expected a boolean (true or false), got 1", "bool type");
+  expect_lua_error(NULL, "return {\n  scaling = '2',\n}\n", EX_DATAERR,
+                   "%s:2: scaling: expected a number, got \"2\"", "number type");
+  expect_lua_error(NULL, "return {\n  name = {},\n}\n", EX_DATAERR,
+                   "%s:2: name: expected a string, got a table", "string type");
+  expect_lua_error(NULL, "return {\n  score = \"relu\",\n}\n", EX_CONFIG,
+                   "%s:2: score: unknown score function \"relu\"", "unknown score");
+  expect_lua_error(NULL, "return {\n  dtype = \"fp8\",\n}\n", EX_CONFIG,
+                   "%s:2: dtype: unknown dtype \"fp8\"", "unknown dtype");
+  expect_lua_error(NULL,
+                   "return {\n  name = string.rep('x', 64),\n}\n", EX_DATAERR,
+                   "%s:2: attempt to index a nil value (global 'string')", "no string library");
+  expect_lua_error(NULL,
+                   "return {\n  name = "
+                   "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx',\n}\n",
+                   EX_CONFIG, "%s:2: name: \"xxxx", "long name");
+  expect_lua_error(NULL, "os.exit(3)\n", EX_DATAERR, "%s:1: attempt to index a nil value (global 'os')",
+                   "no os");
+  expect_lua_error(NULL, "return { experts = math.random(8) }\n", EX_DATAERR,
+                   "%s:1: attempt to call a nil value (field 'random')", "no math.random");
+  expect_lua_error(NULL, "local n = 0\nwhile true do\n  n = n + 1\nend\n", EX_DATAERR,
+                   "instruction limit exceeded", "runaway loop");
+  expect_lua_error(NULL, "local t = {}\nfor i = 1, 1e8 do t[i] = {} end\n", EX_DATAERR,
+                   "%s: memory limit exceeded", "memory hog");
+  expect_lua_error(NULL, "\x1bLua\x54\x00 binary", EX_DATAERR,
+                   "attempt to load a binary chunk (mode is 't')", "binary chunk");
+}
+
+/* ---------------------------------------------------------------- validation rules */
+
+typedef struct bad_case {
+  const char *lines; /* config keys, one per line, after a valid base */
+  int code;
+  const char *want;  /* after "PATH:" */
+} bad_case;
+
+/* Base: E=64, K=8, H=F=128, sigmoid, no groups (lines 2..7 of the file);
+ * each case's keys start at line 8 and override the base. */
+static const bad_case bad_cases[] = {
+    {"topk = 65,\n", EX_CONFIG, "8: topk: 65 exceeds the kernel limit of 32"},
+    {"experts = 16, topk = 17,\n", EX_CONFIG, "8: topk: 17 exceeds experts (16)"},
+    {"topk = 33,\n", EX_CONFIG, "8: topk: 33 exceeds the kernel limit of 32"},
+    {"topk = 0,\n", EX_CONFIG, "8: topk: must be at least 1, got 0"},
+    {"experts = 2049,\n", EX_CONFIG, "8: experts: must be in 1..2048, got 2049"},
+    {"experts = 0,\n", EX_CONFIG, "8: experts: must be in 1..2048, got 0"},
+    {"experts = -4,\n", EX_CONFIG, "8: experts: must be in 1..2048, got -4"},
+    {"hidden = 0,\n", EX_CONFIG, "8: hidden: must be > 0, got 0"},
+    {"ffn = -128,\n", EX_CONFIG, "8: ffn: must be > 0, got -128"},
+    {"groups = 6, group_topk = 2,\n", EX_CONFIG,
+     "8: groups: experts (64) is not a multiple of groups (6)"},
+    {"groups = 8, group_topk = 3,\n", EX_CONFIG,
+     "8: group_topk: topk (8) is not a multiple of group_topk (3)"},
+    {"groups = 2, group_topk = 4,\n", EX_CONFIG, "8: group_topk: 4 exceeds groups (2)"},
+    {"groups = 32, group_topk = 2,\n", EX_CONFIG,
+     "8: group_topk: topk/group_topk = 4 experts per kept group exceeds experts/groups = 2"},
+    {"groups = 8,\n", EX_CONFIG, "8: groups: 8 needs group_topk > 0 (group_topk = 0)"},
+    {"group_topk = 2,\n", EX_CONFIG, "8: group_topk: 2 needs groups > 0 (groups = 0)"},
+    {"groups = -1,\n", EX_CONFIG, "8: groups: must be >= 0, got -1"},
+    {"score = \"softmax\",\n", EX_CONFIG, /* cites the bias, set on line 7 */
+     "7: expert_bias: only valid with score = \"sigmoid\" or \"sqrtsoftplus\""},
+    {"pre_softmax = true,\n", EX_CONFIG, "8: pre_softmax: only valid with score = \"softmax\""},
+    {"scaling = 0,\n", EX_CONFIG, "8: scaling: must be > 0, got 0 (on 0, TE multiplies"},
+    {"scaling = -1.5,\n", EX_CONFIG, "8: scaling: must be > 0, got -1.5"},
+    {"scaling = 1/0,\n", EX_CONFIG, "8: scaling: must be finite, got inf"},
+    {"scaling = 0/0,\n", EX_CONFIG, "8: scaling: must be finite"},
+    {"dtype = \"fp32\",\n", EX_CONFIG, "8: dtype: must be \"bf16\" or \"fp16\", got \"fp32\""},
+    {"shared_experts = -1,\n", EX_CONFIG, "8: shared_experts: must be >= 0, got -1"},
+    {"aux_loss_coeff = -0.5,\n", EX_CONFIG, "8: aux_loss_coeff: must be finite and >= 0"},
+    {"name = \"a\\nb\",\n", EX_CONFIG, "8: name: \"a"},
+};
+
+static void test_validation(void) {
+  for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+    char text[1024], want[4200];
+    snprintf(text, sizeof text,
+             "return {\n  experts = 64,\n  topk = 8,\n  hidden = 128,\n  ffn = 128,\n"
+             "  score = \"sigmoid\",\n  expert_bias = true,\n  %s}\n",
+             bad_cases[i].lines);
+    const char *p = temp_file(text, ".lua");
+    moegen_config c;
+    moegen_error err = {0};
+    moegen_config_defaults(&c);
+    int rc = p ? moegen_config_load_lua(&c, p, &err) : -1;
+    if (rc == 0) rc = moegen_config_validate(&c, &err);
+    snprintf(want, sizeof want, "%s:%s", p, bad_cases[i].want);
+    expect_error(rc, &err, bad_cases[i].code, want, bad_cases[i].lines);
+    unlink(p);
+  }
+  /* What stays valid: one group of all experts, K = E, the maxima. */
+  moegen_config c;
+  moegen_error err = {0};
+  preset(&c, "deepseek-v3");
+  c.groups = c.group_topk = 1;
+  CHECK(moegen_config_validate(&c, &err) == 0, "groups 1/1: %s", err.msg);
+  c.experts = 2048;
+  c.topk = 32;
+  c.groups = 32;
+  c.group_topk = 16;
+  CHECK(moegen_config_validate(&c, &err) == 0, "E 2048 K 32 groups 32/16: %s", err.msg);
+  c.groups = 64;
+  expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG,
+               "groups: 64 exceeds the 32 groups the router kernel supports", "groups > 32");
+  c.experts = c.topk = 5;
+  c.groups = c.group_topk = 0;
+  CHECK(moegen_config_validate(&c, &err) == 0, "K = E: %s", err.msg);
+  c.score = (moegen_score)7;
+  expect_error(moegen_config_validate(&c, &err), &err, EX_DATAERR, "score: invalid enum value 7",
+               "bad enum");
+}
+
+/* ---------------------------------------------------------------- key=value */
+
+static void test_set(void) {
+  moegen_config c;
+  moegen_error err = {0};
+  moegen_config_defaults(&c);
+  static const char *const good[] = {
+      "experts=64", "topk=4", "hidden=0x100", "ffn=512.0", "score=sqrtsoftplus",
+      "pre_softmax=false", "expert_bias=true", "scaling=2.827", "logits_dtype=fp32",
+      "dtype=fp16", "name=my model", "aux_loss_coeff=1e-3", "groups=8", "group_topk=2"};
+  for (int i = 0; i < (int)(sizeof good / sizeof good[0]); i++)
+    CHECK(moegen_config_set(&c, good[i], i + 1, &err) == 0, "%s: %s", good[i], err.msg);
+  CHECK(c.experts == 64 && c.topk == 4 && c.hidden == 256 && c.ffn == 512 &&
+            c.score == MOEGEN_SCORE_SQRTSOFTPLUS && !c.pre_softmax && c.expert_bias &&
+            c.scaling == 2.827 && c.logits_dtype == MOEGEN_DTYPE_FP32 &&
+            c.dtype == MOEGEN_DTYPE_FP16 && strcmp(c.name, "my model") == 0 &&
+            c.aux_loss_coeff == 1e-3 && c.groups == 8 && c.group_topk == 2,
+        "set values");
+  CHECK(strcmp(c.origin[MOEGEN_F_SCALING].file, "<command line>") == 0 &&
+            c.origin[MOEGEN_F_SCALING].line == 8,
+        "set origin %s:%d", c.origin[MOEGEN_F_SCALING].file, c.origin[MOEGEN_F_SCALING].line);
+  CHECK(moegen_config_validate(&c, &err) == 0, "set config: %s", err.msg);
+  CHECK(moegen_config_set(&c, "name=", 3, &err) == 0 && c.name[0] == 0, "empty name");
+  CHECK(moegen_config_set(&c, "expert_bias=false", 3, &err) == 0 && !c.expert_bias, "false");
+
+  moegen_config before = c;
+  expect_error(moegen_config_set(&c, "experts", 5, &err), &err, EX_USAGE,
+               "<command line>:5: expected key=value, got \"experts\"", "missing =");
+  expect_error(moegen_config_set(&c, "expert=8", 6, &err), &err, EX_USAGE,
+               "<command line>:6: expert: unknown config key", "bad key");
+  expect_error(moegen_config_set(&c, "=8", 6, &err), &err, EX_USAGE,
+               "<command line>:6: : unknown config key", "empty key");
+  expect_error(moegen_config_set(&c, "experts=many", 7, &err), &err, EX_DATAERR,
+               "<command line>:7: experts: expected an integer, got \"many\"", "wrong type");
+  expect_error(moegen_config_set(&c, "experts=", 7, &err), &err, EX_DATAERR,
+               "<command line>:7: experts: expected an integer, got \"\"", "empty value");
+  expect_error(moegen_config_set(&c, "topk=1.5", 7, &err), &err, EX_DATAERR,
+               "topk: expected an integer, got 1.5", "fraction");
+  expect_error(moegen_config_set(&c, "topk=99999999999", 7, &err), &err, EX_DATAERR,
+               "topk: expected an integer, got 99999999999", "int range");
+  expect_error(moegen_config_set(&c, "expert_bias=yes", 8, &err), &err, EX_DATAERR,
+               "expert_bias: expected a boolean (true or false), got \"yes\"", "bool");
+  expect_error(moegen_config_set(&c, "scaling=2.5x", 8, &err), &err, EX_DATAERR,
+               "scaling: expected a number, got \"2.5x\"", "number");
+  expect_error(moegen_config_set(&c, "score=Softmax", 8, &err), &err, EX_CONFIG,
+               "score: unknown score function \"Softmax\"", "score case");
+  expect_error(moegen_config_set(&c,
+                                 "name=0123456789012345678901234567890123456789012345678901234567890123",
+                                 9, &err),
+               &err, EX_CONFIG, "<command line>:9: name: \"", "long name");
+  CHECK(memcmp(&c, &before, sizeof c) == 0, "failed sets changed the config");
+  CHECK(moegen_config_set(&c, "scaling=inf", 9, &err) == 0, "scaling=inf parses");
+  expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG,
+               "<command line>:9: scaling: must be finite, got inf", "inf scaling");
+}
+
+/* ---------------------------------------------------------------- to_lua */
+
+/* to_lua -> file -> load_lua onto the defaults gives c back, byte for byte. */
+static void round_trip(const moegen_config *c, const char *what) {
+  size_t n = moegen_config_to_lua(c, NULL, 0);
+  char *text = malloc(n + 1);
+  CHECK(text && moegen_config_to_lua(c, text, n + 1) == n && strlen(text) == n, "%s: length", what);
+  if (!text) return;
+  const char *p = temp_file(text, ".lua");
+  moegen_config back;
+  moegen_error err = {0};
+  moegen_config_defaults(&back);
+  CHECK(p && moegen_config_load_lua(&back, p, &err) == 0, "%s: %s\n%s", what, err.msg, text);
+  same_values(&back, c, what);
+  char again[2048];
+  moegen_config_to_lua(&back, again, sizeof again);
+  CHECK(strcmp(again, text) == 0, "%s: to_lua is not stable", what);
+  if (p) unlink(p);
+  free(text);
+}
+
+static void test_to_lua(void) {
+  for (const char *const *p = moegen_preset_names(); *p; p++) {
+    moegen_config c;
+    preset(&c, *p);
+    round_trip(&c, *p);
+  }
+  moegen_config c;
+  moegen_config_defaults(&c);
+  snprintf(c.name, sizeof c.name, "quote \" backslash \\ end");
+  c.scaling = 1.0 / 3.0;
+  c.aux_loss_coeff = 1e-300;
+  c.experts = 2048;
+  c.score = MOEGEN_SCORE_SQRTSOFTPLUS;
+  c.logits_dtype = MOEGEN_DTYPE_FP16;
+  round_trip(&c, "odd values");
+  c.scaling = INFINITY;
+  c.aux_loss_coeff = -INFINITY;
+  round_trip(&c, "infinities");
+  c.scaling = 1e22;
+  c.aux_loss_coeff = 5e-324;
+  round_trip(&c, "extremes");
+
+  /* Truncation: snprintf semantics. */
+  preset(&c, "kimi-k2");
+  char small[16];
+  size_t n = moegen_config_to_lua(&c, small, sizeof small);
+  CHECK(n > sizeof small && strlen(small) == sizeof small - 1 &&
+            strncmp(small, "return {\n", 9) == 0,
+        "truncated output");
+  char full[2048];
+  moegen_config_to_lua(&c, full, sizeof full);
+  CHECK(strstr(full, "  scaling = 2.827,\n") && strstr(full, "  experts = 384,\n") &&
+            strstr(full, "  score = \"sigmoid\",\n") && strstr(full, "  aux_loss_coeff = 0.0,\n"),
+        "kimi-k2 text:\n%s", full);
+}
+
+/* ---------------------------------------------------------------- --help */
+
+/* moegen --help lists every config key of the table. */
+static void test_help(const char *moegen) {
+  char cmd[4200], buf[16384];
+  snprintf(cmd, sizeof cmd, "'%s' --help", moegen);
+  FILE *f = popen(cmd, "r");
+  CHECK(f != NULL, "cannot run %s", cmd);
+  if (!f) return;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  CHECK(pclose(f) == 0, "%s failed", cmd);
+  for (int k = 0; k < MOEGEN_F_COUNT; k++) {
+    char want[128];
+    snprintf(want, sizeof want, "\n  %s ", moegen_config_key_name((moegen_field)k));
+    CHECK(strstr(buf, want) != NULL, "--help lacks key %s", want + 3);
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *src = getenv("MOEGEN_SOURCE_DIR"), *shared = getenv("MOEGEN_SHARED_DIR");
+  if (!src || !shared) {
+    fprintf(stderr, "test_config: set MOEGEN_SOURCE_DIR and MOEGEN_SHARED_DIR\n");
+    return 1;
+  }
+  snprintf(fixtures, sizeof fixtures, "%s/tests/unit/configs", src);
+  snprintf(models, sizeof models, "%s/models", shared);
+  test_keys();
+  test_defaults();
+  test_presets();
+  test_hf_models();
+  test_hf_origins();
+  test_hf_nonfinite();
+  test_hf_errors();
+  test_hf_families();
+  test_lua_good();
+  test_lua_errors();
+  test_validation();
+  test_set();
+  test_to_lua();
+  if (argc > 1) test_help(argv[1]);
+  return check_result("test_config");
+}
