@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "nvrtc.h"
+#include "read_file.h"
 
 static int fail(moegen_error *err, int code, const char *fmt, const char *a, const char *b) {
   err->code = code;
@@ -19,17 +20,6 @@ static int fail(moegen_error *err, int code, const char *fmt, const char *a, con
   return code;
 }
 
-static int read_file(const char *path, unsigned char **data, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  *data = malloc(n > 0 ? (size_t)n : 1);
-  *size = *data && n > 0 ? fread(*data, 1, (size_t)n, f) : 0;
-  fclose(f);
-  return *data && (long)*size == n ? 0 : -1;
-}
 
 /* Sends "warning: ..." lines for every ptxas report of a spill. */
 static void report_spills(const char *log, void (*progress)(const char *line)) {
@@ -92,7 +82,7 @@ static int compile_nvcc(const char *source, const moegen_gen_options *opt, const
   if (st != 0) {
     rc = fail(err, st == 127 ? EX_UNAVAILABLE : EX_SOFTWARE, "nvcc failed on %s:\n%s", cu,
               log ? log : "");
-  } else if (read_file(bin, cubin, size) != 0) {
+  } else if ((*cubin = (unsigned char *)moegen_read_file(bin, size)) == NULL) {
     rc = fail(err, EX_IOERR, "%s: cannot read nvcc output: %s", bin, strerror(errno));
   } else {
     report_spills(log, progress);

@@ -20,6 +20,7 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "read_file.h"
 #include "moegen/config.h"
 
 #define ORIGIN_DEFAULT "<default>"
@@ -490,39 +491,9 @@ static int run_job(lua_State *L) {
   return 0;
 }
 
-/* Reads a whole file into a new NUL-terminated buffer, or NULL (errno set). */
-static char *read_text(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  size_t n = 0, cap = 0, got = 1;
-  errno = 0;
-  while (got > 0) {
-    if (n + 1 >= cap) {
-      char *more = realloc(buf, cap = cap * 2 + 4096);
-      if (!more) {
-        errno = ENOMEM;
-        break;
-      }
-      buf = more;
-    }
-    n += got = fread(buf + n, 1, cap - n - 1, f);
-  }
-  int failed = got > 0 || ferror(f);
-  if (ferror(f) && errno == 0) errno = EIO;
-  fclose(f);
-  if (failed) {
-    free(buf);
-    return NULL;
-  }
-  buf[n] = 0;
-  *size = n;
-  return buf;
-}
-
 int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err) {
   size_t size;
-  char *text = read_text(path, &size);
+  char *text = moegen_read_file(path, &size);
   if (!text) return fail_at(err, EX_NOINPUT, path, 0, NULL, "cannot read: %s", strerror(errno));
   lua_budget budget = {0, 0};
   lua_State *L = lua_newstate(budget_alloc, &budget);

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sysexits.h>
 
+#include "read_file.h"
 #include "moegen/config.h"
 
 #define NONFINITE_MARK '\x01'
@@ -118,35 +119,6 @@ typedef struct hf_load {
 
 /* ---------------------------------------------------------------- text */
 
-/* Reads a whole file into a new NUL-terminated buffer, or NULL (errno set). */
-static char *read_text(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  size_t n = 0, cap = 0, got = 1;
-  errno = 0;
-  while (got > 0) {
-    if (n + 1 >= cap) {
-      char *more = realloc(buf, cap = cap * 2 + 4096);
-      if (!more) {
-        errno = ENOMEM;
-        break;
-      }
-      buf = more;
-    }
-    n += got = fread(buf + n, 1, cap - n - 1, f);
-  }
-  int failed = got > 0 || ferror(f);
-  if (ferror(f) && errno == 0) errno = EIO;
-  fclose(f);
-  if (failed) {
-    free(buf);
-    return NULL;
-  }
-  buf[n] = 0;
-  *size = n;
-  return buf;
-}
 
 /* 1-based line of the first "key" (quoted) in text, or 0. */
 static int json_key_line(const char *text, const char *key) {
@@ -477,7 +449,7 @@ static int parse(hf_load *h, size_t size) {
 
 int moegen_config_load_hf(moegen_config *c, const char *path, moegen_error *err) {
   size_t size;
-  char *text = read_text(path, &size);
+  char *text = moegen_read_file(path, &size);
   if (!text) {
     err->code = EX_NOINPUT;
     snprintf(err->msg, sizeof err->msg, "%s: cannot read: %s", path, strerror(errno));
