@@ -16,3 +16,10 @@ done
 python3 "$P"/peers.py "$@" > "$out/peers.jsonl" 2> "$out/peers.err"
 echo "peers rc=$?"
 python3 "$P"/compare.py "$out/peers.jsonl" "$out/moegen.jsonl" --markdown | tee "$out/compare.md"
+# Optional: hardware counters of the DeepSeek-V3 router at T = 16384.
+if [ -n "${MOEGEN_NCU:-}" ]; then
+  ncu --clock-control none --kernel-name moegen_router_fwd --launch-skip 25 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats --section InstructionStats \
+    "$B"/moegen-bench --models deepseek-v3 --tokens 16384 > "$out/ncu.txt" 2>&1
+  grep -E "Duration|Issued Instructions  |Achieved Occupancy|Warp Cycles Per Issued|Memory Throughput" "$out/ncu.txt"
+fi

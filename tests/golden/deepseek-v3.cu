@@ -110,15 +110,29 @@ template <int W> __device__ __forceinline__ float seg_sum(float x) {
 __device__ __forceinline__ bool ranks_before(float v, int e, float bv, int be) {
   return v > bv || (v == bv && e < be);
 }
-template <int W> __device__ __forceinline__ void seg_argmax(float &v, int &e) {
+// The same order as one unsigned 64-bit key: order-preserving float bits
+// above, the complemented id below (ids >= 0), so the best pair is the max.
+// v + 0 turns -0 into +0, which float comparison treats as equal.
+__device__ __forceinline__ u64 rank_key(float v, int e) {
+  u32 u = __float_as_uint(v + 0.f);
+  u ^= (u32)((int)u >> 31) | 0x80000000u;
+  return ((u64)u << 32) | (u32)~e;
+}
+__device__ __forceinline__ float rank_key_value(u64 k) {
+  u32 u = (u32)(k >> 32);
+  u ^= (u & 0x80000000u) ? 0x80000000u : 0xffffffffu;
+  return __uint_as_float(u);
+}
+__device__ __forceinline__ int rank_key_id(u64 k) { return (int)~(u32)k; }
+
+// Best (value, id) pair of each aligned segment of W lanes, in every lane.
+template <int W> __device__ __forceinline__ u64 seg_argmax(u64 k) {
 #pragma unroll
   for (int o = W / 2; o > 0; o /= 2) {
-    float ov = __shfl_xor_sync(MOEGEN_FULL_MASK, v, o);
-    int oe = __shfl_xor_sync(MOEGEN_FULL_MASK, e, o);
-    bool take = ranks_before(ov, oe, v, e);
-    v = take ? ov : v;
-    e = take ? oe : e;
+    u64 ok = __shfl_xor_sync(MOEGEN_FULL_MASK, k, o);
+    k = ok > k ? ok : k;
   }
+  return k;
 }
 // ---------------------------------------------------------------- router forward
 // Fused top-k router (SPEC.md section 1), specialized for:
@@ -230,11 +244,12 @@ __device__ __forceinline__ void select_one(Cursor &c, const float (&r)[V], int b
   if (__any_sync(MOEGEN_FULL_MASK, c.avail == 0)) {
     if (c.avail == 0) cursor_fill<false>(c, r);
   }
-  int he = c.i1 < V ? base + c.i1 : E + lane_id; // empty heads get unique ids >= E
-  wv = c.v1;
-  we = he;
-  seg_argmax<W>(wv, we);
-  mine = we == he;
+  const int he = c.i1 < V ? base + c.i1 : E + lane_id; // empty heads get unique ids >= E
+  const u64 hk = rank_key(c.v1, he);
+  const u64 wk = seg_argmax<W>(hk);
+  wv = rank_key_value(wk);
+  we = rank_key_id(wk);
+  mine = wk == hk;
   pos = c.i1;
   if (mine) cursor_pop(c);
 }
