@@ -80,9 +80,9 @@ local function router_plan()
     map_vec = pow2_dividing(16, E, per_lane),
     inter_vec = pow2_dividing(4, E, per_lane),
     threads = threads,
-    -- cap registers for 3 resident blocks (24 warps) where that was seen not
-    -- to spill (<= 16 experts and at most one compact entry per lane)
-    min_blocks = (per_lane <= 16 and K <= lanes) and 3 or 1,
+    -- cap registers at 64 for 4 resident blocks (32 warps) where that was
+    -- seen not to spill (<= 16 experts and at most one compact entry per lane)
+    min_blocks = (per_lane <= 16 and K <= lanes) and 4 or 1,
     tokens_per_block = threads // 32 * (32 // lanes),
     smem_bytes = 4 * E, -- per-block expert histogram for the fused counts
     logits_type = dtype_ctype[cfg.logits_dtype],

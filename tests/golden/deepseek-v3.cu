@@ -154,7 +154,7 @@ constexpr int LVEC = 8;       // logits/probs elements per access
 constexpr int MVEC = 16;       // routing-map bytes per access
 constexpr int IVEC = 4;       // intermediate floats per access
 constexpr int THREADS = 256;
-constexpr int MIN_BLOCKS = 3; // __launch_bounds__ occupancy floor
+constexpr int MIN_BLOCKS = 4; // __launch_bounds__ occupancy floor
 constexpr int TOKENS_PER_BLOCK = 16;
 enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
 constexpr int SCORE = 0;
@@ -294,10 +294,6 @@ moegen_router_fwd(router::Outputs o, int T) {
   const int group = tl / S;            // expert group of this lane
   const int base = group * G + (tl % S) * V; // first expert of this lane
   const int slot = (threadIdx.x / L) % TOKENS_PER_BLOCK;
-  float bias[V]; // this lane's expert bias, fixed across tokens
-#pragma unroll
-  for (int i = 0; i < V; i++)
-    bias[i] = HAS_BIAS && group < NG && base + i < E ? o.bias[base + i] : 0.f;
   for (long long t0 = (long long)blockIdx.x * TOKENS_PER_BLOCK; t0 < T;
        t0 += (long long)gridDim.x * TOKENS_PER_BLOCK) {
     const long long t = t0 + slot;
@@ -344,7 +340,7 @@ moegen_router_fwd(router::Outputs o, int T) {
       for (int i = 0; i < V; i++) {
         const bool real = owned && base + i < E;
         s[i] = score_of(x[i]);
-        r[i] = real ? (HAS_BIAS ? s[i] + bias[i] : s[i]) : -MOEGEN_INF;
+        r[i] = real ? (HAS_BIAS ? s[i] + __ldg(o.bias + base + i) : s[i]) : -MOEGEN_INF;
       }
     }
     Cursor c;
