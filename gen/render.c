@@ -12,6 +12,14 @@ static const char *compile_mode_name(moegen_compile_mode m) {
   return m == MOEGEN_COMPILE_NVCC ? "nvcc" : m == MOEGEN_COMPILE_NVRTC ? "nvrtc" : "jit";
 }
 
+/* The kernel templates of a module, rendered in this order after
+ * module.cu.lt (header comment + prelude) into NAME.cu. Each one renders to
+ * nothing when the config or arch does not call for its kernels. */
+static const char *const kernel_templates[] = {
+    "router.cu.lt",
+    NULL,
+};
+
 /* Renders embedded template `name` into *out. */
 static int render_file(moegen_sandbox *sb, const char *name, char **out, moegen_error *err) {
   const moegen_embedded_file *f = moegen_embedded_find(name);
@@ -103,13 +111,18 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
     const moegen_embedded_file *plan = moegen_embedded_find("plan.lua");
     rc = moegen_sandbox_run(sb, "plan.lua", plan ? plan->data : "", "plan", err);
   }
-  char *head = NULL, *router = NULL;
-  if (!rc) rc = render_file(sb, "module.cu.lt", &head, err);
-  if (!rc) rc = render_file(sb, "router.cu.lt", &router, err);
-  if (!rc) out->cu = concat_free(head, router);
-  else {
-    free(head);
-    free(router);
+  if (!rc) rc = render_file(sb, "module.cu.lt", &out->cu, err);
+  for (size_t i = 0; !rc && kernel_templates[i]; i++) {
+    char *part = NULL;
+    rc = render_file(sb, kernel_templates[i], &part, err);
+    if (!rc) {
+      out->cu = concat_free(out->cu, part);
+      if (!out->cu) {
+        err->code = EX_OSERR;
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        rc = err->code;
+      }
+    }
   }
   if (!rc) rc = render_file(sb, "host.h.lt", &out->h, err);
   if (!rc) rc = render_file(sb, "host.c.lt", &out->c, err);

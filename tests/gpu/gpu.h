@@ -14,13 +14,21 @@
 
 #define GPU_SKIP 77
 
-static const moegen_driver *gpu_drv;
+/* The driver table (the runtime's, shared by every translation unit); valid
+ * after gpu_init_or_skip. */
+static inline const moegen_driver *gpu_driver(void) {
+  const moegen_driver *d = NULL;
+  moegen_driver_get(&d, NULL, 0);
+  return d;
+}
+#define gpu_drv (gpu_driver())
 
 /* Driver + primary context of device 0 made current; exits 77 (skip) when the
  * machine has no driver or no device. */
-static void gpu_init_or_skip(void) {
+static inline void gpu_init_or_skip(void) {
   char why[512];
-  moegen_status st = moegen_driver_get(&gpu_drv, why, sizeof why);
+  const moegen_driver *drv = NULL;
+  moegen_status st = moegen_driver_get(&drv, why, sizeof why);
   int n = 0;
   if (st != MOEGEN_OK || gpu_drv->cuDeviceGetCount(&n) != 0 || n == 0) {
     printf("SKIP: no CUDA device (%s)\n", st != MOEGEN_OK ? why : "no device");
@@ -47,41 +55,44 @@ static void gpu_init_or_skip(void) {
     }                                                                             \
   } while (0)
 
-static void *gpu_alloc(size_t bytes) {
+static inline void *gpu_alloc(size_t bytes) {
   CUdeviceptr p = 0;
   CU(gpu_drv->cuMemAlloc(&p, bytes ? bytes : 16));
   return (void *)(uintptr_t)p;
 }
-static void gpu_free(void *p) {
+static inline void gpu_free(void *p) {
   if (p) gpu_drv->cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
-static void gpu_put(void *dst, const void *src, size_t n) {
+static inline void gpu_put(void *dst, const void *src, size_t n) {
   if (n) CU(gpu_drv->cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, n));
 }
-static void gpu_get(void *dst, const void *src, size_t n) {
+static inline void gpu_get(void *dst, const void *src, size_t n) {
   if (n) CU(gpu_drv->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n));
 }
 /* Fills with 0xFF bytes: NaN floats, 255 map bytes, -1 ints. */
-static void gpu_poison(void *p, size_t n) {
+static inline void gpu_poison(void *p, size_t n) {
   if (n) CU(gpu_drv->cuMemsetD8((CUdeviceptr)(uintptr_t)p, 0xff, n));
 }
 
-/* xorshift64*; seeded from MOEGEN_TEST_SEED or the clock (printed). */
+/* xorshift64*, seeded from MOEGEN_TEST_SEED or the clock (printed). The state
+ * is per translation unit: each seeds itself on first use, and
+ * MOEGEN_TEST_SEED gives every unit the same seed. */
 static uint64_t rng_state;
-static void rng_seed(void) {
+static inline void rng_seed(void) {
   const char *s = getenv("MOEGEN_TEST_SEED");
   rng_state = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
   if (!rng_state) rng_state = 1;
   printf("seed: MOEGEN_TEST_SEED=%llu\n", (unsigned long long)rng_state);
 }
-static uint64_t rng_u64(void) {
+static inline uint64_t rng_u64(void) {
+  if (!rng_state) rng_seed();
   rng_state ^= rng_state >> 12;
   rng_state ^= rng_state << 25;
   rng_state ^= rng_state >> 27;
   return rng_state * 2685821657736338717ull;
 }
-static float rng_uniform(void) { return (float)((rng_u64() >> 40) * (1.0 / 16777216.0)); }
-static float rng_normal(void) {
+static inline float rng_uniform(void) { return (float)((rng_u64() >> 40) * (1.0 / 16777216.0)); }
+static inline float rng_normal(void) {
   float u = rng_uniform() + 1e-7f, v = rng_uniform();
   return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
 }

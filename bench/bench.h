@@ -1,0 +1,49 @@
+/* bench/bench.h -- what every moegen-bench stage shares: the peers.py model
+ * table, per-call timing with the L2 flushed, JSON output.
+ *
+ * A stage is one function `void bench_STAGE(const bench_model *md, int T,
+ * void *flush)` in bench/stage_*.c, listed in moegen_bench.c's stage table.
+ * It checks its op against the CPU reference first, then prints one JSON line
+ * per stage name it times, or an "error" line. */
+#ifndef MOEGEN_BENCH_H
+#define MOEGEN_BENCH_H
+
+#include <stdio.h>
+
+#include "../tests/gpu/gpu.h"
+#include "moegen/moegen.h"
+
+/* The shapes of peers.py's MODELS (same score functions and options). */
+typedef struct bench_model {
+  const char *name;
+  int E, K, H, F, groups, group_topk, bias, pre_softmax;
+  moegen_score score;
+  double scaling;
+} bench_model;
+
+#define BENCH_FLUSH_BYTES (256u << 20)
+
+/* One call of the op being timed, launched on stream s. */
+typedef moegen_status (*bench_op_fn)(void *ctx, CUstream s);
+
+/* Median ms of one call of op (200 calls after 20 warm-ups), the L2 flushed
+ * by a BENCH_FLUSH_BYTES memset before each call. */
+float bench_time_op(bench_op_fn op, void *ctx, void *flush);
+
+/* The model's config with logits in bf16 (as peers.py feeds them). */
+moegen_config bench_config_of(const bench_model *md);
+
+/* JIT-compiles and loads md's module; on failure prints an error line for
+ * `stage` and returns NULL. */
+moegen_module *bench_module(const bench_model *md, const char *stage, int T);
+
+/* Prints {"stage", "peer": "moegen", "model", "tokens", "error"}. */
+void bench_error(const char *stage, const bench_model *md, int T, const char *why);
+
+/* Prints a timing line; `extra` is more JSON members (", \"gbps\": 1.0") or "". */
+void bench_result(const char *stage, const bench_model *md, int T, float ms, const char *extra);
+
+/* The stages (bench/stage_*.c). */
+void bench_router(const bench_model *md, int T, void *flush);
+
+#endif
