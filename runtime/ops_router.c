@@ -10,7 +10,8 @@ typedef struct router_fwd_params {
   const float *bias;
   void *probs;
   uint8_t *map;
-  int32_t *idx;
+  uint8_t *bitmap;
+  void *idx;
   float *weights;
   float *inter;
   int32_t *counts;
@@ -25,6 +26,8 @@ moegen_status moegen_router_fwd_shape_of(const moegen_image *image, int64_t num_
   int64_t T = num_tokens, E = p->experts, K = p->topk;
   shape->probs[0] = shape->routing_map[0] = shape->intermediate[0] = T;
   shape->probs[1] = shape->routing_map[1] = shape->intermediate[1] = E;
+  shape->routing_bitmap[0] = T;
+  shape->routing_bitmap[1] = (E + 7) / 8;
   shape->topk_indices[0] = shape->topk_weights[0] = T;
   shape->topk_indices[1] = shape->topk_weights[1] = K;
   shape->expert_counts[0] = E;
@@ -46,6 +49,9 @@ static moegen_status check_args(moegen_module *m, const moegen_router_fwd_args *
                               (long long)a->num_tokens, p->experts);
   if (a->num_tokens > 0 && !a->logits)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_fwd: logits is NULL");
+  if ((unsigned)a->index_dtype > MOEGEN_INDEX_INT64)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_fwd: index_dtype = %d is not a moegen_index_dtype",
+                              (int)a->index_dtype);
   if (p->has_bias && a->num_tokens > 0 && !a->expert_bias)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "router_fwd: the config has expert_bias but expert_bias is NULL");
@@ -76,9 +82,10 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
   long long blocks = (a->num_tokens + p->tokens_per_block - 1) / p->tokens_per_block;
   long long cap = (long long)dev.sm_count * dev.blocks_per_sm; /* one full wave, persistent */
   unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
-  router_fwd_params prm = {a->logits, a->expert_bias, a->probs, a->routing_map, a->topk_indices,
-                           a->topk_weights, a->intermediate, a->expert_counts};
-  void *params[] = {&prm, &T};
+  router_fwd_params prm = {a->logits, a->expert_bias, a->probs, a->routing_map, a->routing_bitmap,
+                           a->topk_indices, a->topk_weights, a->intermediate, a->expert_counts};
+  int index_dtype = (int)a->index_dtype;
+  void *params[] = {&prm, &T, &index_dtype};
   r = d->cuLaunchKernel(fn, grid, 1, 1, (unsigned)p->threads, 1, 1, (unsigned)p->smem_bytes, stream,
                         params, NULL);
   if (r) return moegen_module_cuda_fail(m, r, "router_fwd: cuLaunchKernel");

@@ -54,7 +54,7 @@ template <typename T, int N> struct vec_of {
 };
 
 template <typename T, int N>
-__device__ __forceinline__ void load_vec(const T *p, T (&out)[N]) {
+__device__ __forceinline__ void load_vec(const T *p, T *out) {
   vec_of<T, N> v;
   v.u.raw = *reinterpret_cast<const typename raw_vec<N * sizeof(T)>::type *>(p);
 #pragma unroll
@@ -68,6 +68,9 @@ __device__ __forceinline__ void store_vec(T *p, const T (&in)[N]) {
   for (int i = 0; i < N; i++) v.u.e[i] = in[i];
   *reinterpret_cast<typename raw_vec<N * sizeof(T)>::type *>(p) = v.u.raw;
 }
+
+// Bit b of the low 4 bits of x -> byte b (0 or 1) of the result.
+__device__ __forceinline__ u32 spread_bits4(u32 x) { return (x * 0x00204081u) & 0x01010101u; }
 
 // ---------------------------------------------------------------- warp reductions
 // Butterfly over aligned segments of W lanes (W a power of two <= 32): every

@@ -108,12 +108,20 @@ const moegen_image *moegen_module_image(const moegen_module *m);
 
 /* ---------------------------------------------------------------- router */
 
+/* Element type of a [T, K] expert-index buffer (int16 needs E <= 32767). */
+typedef enum moegen_index_dtype {
+  MOEGEN_INDEX_INT32 = 0,
+  MOEGEN_INDEX_INT16 = 1,
+  MOEGEN_INDEX_INT64 = 2
+} moegen_index_dtype;
+
 /* Shapes and workspace of moegen_router_fwd for T tokens. Pure: touches no
  * GPU, needs no driver. Shapes are element counts (row-major). */
 typedef struct moegen_router_fwd_shape {
   int64_t probs[2];          /* [T, E]  logits dtype */
   int64_t routing_map[2];    /* [T, E]  uint8 0/1 (bytemap) */
-  int64_t topk_indices[2];   /* [T, K]  int32 */
+  int64_t routing_bitmap[2]; /* [T, ceil(E/8)] uint8, bit e%8 of byte e/8 (LSB-first) */
+  int64_t topk_indices[2];   /* [T, K]  index_dtype */
   int64_t topk_weights[2];   /* [T, K]  fp32 */
   int64_t intermediate[2];   /* [T, E]  fp32, saved for backward */
   int64_t expert_counts[1];  /* [E]    int32 */
@@ -130,7 +138,10 @@ typedef struct moegen_router_fwd_args {
   const float *expert_bias; /* in [E] fp32; required iff the config has expert_bias */
   void *probs;            /* out [T, E] logits dtype: scaling*p at selected, 0 elsewhere */
   uint8_t *routing_map;   /* out [T, E] 1 at selected experts, 0 elsewhere */
-  int32_t *topk_indices;  /* out [T, K] selected expert ids, value-descending order */
+  uint8_t *routing_bitmap; /* out [T, ceil(E/8)] bit e%8 of byte e/8 set iff e is selected */
+  void *topk_indices;     /* out [T, K] index_dtype: selected expert ids, value-descending
+                           * order (a caller's buffer is overwritten in place) */
+  moegen_index_dtype index_dtype; /* element type of topk_indices (0 = int32) */
   float *topk_weights;    /* out [T, K] scaling*p of topk_indices, fp32 */
   float *intermediate;    /* out [T, E] fp32 saved state for the backward (SPEC 1) */
   int32_t *expert_counts; /* out [E] tokens routed to each expert (overwritten) */

@@ -76,7 +76,7 @@ template <typename T, int N> struct vec_of {
 };
 
 template <typename T, int N>
-__device__ __forceinline__ void load_vec(const T *p, T (&out)[N]) {
+__device__ __forceinline__ void load_vec(const T *p, T *out) {
   vec_of<T, N> v;
   v.u.raw = *reinterpret_cast<const typename raw_vec<N * sizeof(T)>::type *>(p);
 #pragma unroll
@@ -90,6 +90,9 @@ __device__ __forceinline__ void store_vec(T *p, const T (&in)[N]) {
   for (int i = 0; i < N; i++) v.u.e[i] = in[i];
   *reinterpret_cast<typename raw_vec<N * sizeof(T)>::type *>(p) = v.u.raw;
 }
+
+// Bit b of the low 4 bits of x -> byte b (0 or 1) of the result.
+__device__ __forceinline__ u32 spread_bits4(u32 x) { return (x * 0x00204081u) & 0x01010101u; }
 
 // ---------------------------------------------------------------- warp reductions
 // Butterfly over aligned segments of W lanes (W a power of two <= 32): every
@@ -153,9 +156,12 @@ constexpr bool GROUPED = true;
 constexpr int LVEC = 8;       // logits/probs elements per access
 constexpr int MVEC = 16;       // routing-map bytes per access
 constexpr int IVEC = 4;       // intermediate floats per access
+constexpr int BVEC = IVEC;                      // bias floats per access (fp32 like intermediate)
 constexpr int THREADS = 256;
 constexpr int MIN_BLOCKS = 4; // __launch_bounds__ occupancy floor
 constexpr int TOKENS_PER_BLOCK = 16;
+constexpr int NBYTES = (E + 7) / 8;             // bitmap bytes per token
+constexpr int NB = (NBYTES + L - 1) / L;        // bitmap bytes per lane: byte b lives in lane b % L, slot b / L
 enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
 constexpr int SCORE = 0;
 constexpr bool PRE_SOFTMAX = false;
@@ -168,6 +174,7 @@ static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
 static_assert(S >= 1 && L % S == 0, "lanes per group");
 static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0, "vector widths");
 static_assert(V <= 64, "selection mask is 64 bits");
+typedef u32 mask_t; // one bit per position of a lane
 static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
 
 // A lane's running top-2 over the experts it owns that rank after the last
@@ -234,28 +241,49 @@ __device__ __forceinline__ void cursor_pop(Cursor &c) {
   c.avail -= 1;
 }
 
+// Lanes [seg0, seg0 + W) of the warp, as a ballot mask (W a power of two).
+template <int W> __device__ __forceinline__ u32 seg_lanes(int lane) {
+  return W == 32 ? MOEGEN_FULL_MASK : ((1u << W) - 1) << (lane & ~(W - 1));
+}
+
 // One selection step over aligned segments of W lanes: refills dry lanes,
 // finds the segment's best head, pops it from its owner. Returns the winner's
 // value and expert id in every lane of the segment; *mine tells the owner
 // lane, *pos its position there.
+// The best value is a float max-butterfly; its owner is the lowest lane that
+// holds it. That is the SPEC tie order (value descending, then id ascending)
+// because a lane's experts all precede the next lane's, and a lane's head is
+// its lowest position among equal values. A segment with nothing left
+// (every head -inf) yields id E and no owner.
 template <int W>
-__device__ __forceinline__ void select_one(Cursor &c, const float (&r)[V], int base, int lane_id,
+__device__ __forceinline__ void select_one(Cursor &c, const float (&r)[V], int base, int lane,
                                            float &wv, int &we, bool &mine, int &pos) {
   if (__any_sync(MOEGEN_FULL_MASK, c.avail == 0)) {
     if (c.avail == 0) cursor_fill<false>(c, r);
   }
-  const int he = c.i1 < V ? base + c.i1 : E + lane_id; // empty heads get unique ids >= E
-  const u64 hk = rank_key(c.v1, he);
-  const u64 wk = seg_argmax<W>(hk);
-  wv = rank_key_value(wk);
-  we = rank_key_id(wk);
-  mine = wk == hk;
+  wv = seg_max<W>(c.v1);
+  const u32 hit = __ballot_sync(MOEGEN_FULL_MASK, c.v1 == wv) & seg_lanes<W>(lane);
+  const int owner = __ffs(hit) - 1;
+  const bool some = wv != -MOEGEN_INF;
+  we = __shfl_sync(MOEGEN_FULL_MASK, base + c.i1, owner);
+  we = some ? we : E;
+  mine = some && lane == owner;
   pos = c.i1;
   if (mine) cursor_pop(c);
 }
 
-// __frcp_rn is IEEE 1/y, the same value as 1.f / y, in fewer instructions.
-__device__ __forceinline__ float sigmoid(float x) { return __frcp_rn(1.f + expf(-x)); }
+// 1/y for y >= 1, branch-free: the fast path of IEEE __frcp_rn (an
+// approximate reciprocal and one fma correction step, the same value as
+// 1.f / y wherever 1/y is a normal float), and 0 where it is not (y > 2^126,
+// logits below -87). Keeping the slow path out lets the compiler interleave
+// the V sigmoids of a lane.
+__device__ __forceinline__ float rcp_ge1(float y) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  r = fmaf(r, -fmaf(y, r, -1.f), r);
+  return y < 8.507059e37f ? r : 0.f;
+}
+__device__ __forceinline__ float sigmoid(float x) { return rcp_ge1(1.f + expf(-x)); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 // The unbiased score s of one logit (sigmoid / sqrtsoftplus).
 __device__ __forceinline__ float score_of(float x) {
@@ -268,7 +296,8 @@ struct Outputs {
   const float *bias;
   logit_t *probs;
   u8 *map;
-  int *idx;
+  u8 *bitmap;
+  void *idx; // int32 / int16 / int64 by the kernel's index_dtype argument
   float *weights;
   float *inter;
   int *counts;
@@ -277,11 +306,12 @@ struct Outputs {
 
 // Grid: persistent, min(ceil(T / TOKENS_PER_BLOCK), one full wave of resident blocks)
 // blocks of THREADS; dynamic smem = 4*E bytes (expert histogram).
-// logits [T,E]  bias [E] fp32  probs [T,E]  map [T,E] u8  idx [T,K] i32
-// weights [T,K] f32  inter [T,E] f32  counts [E] i32 (zeroed by the host
-// before the launch). Any output may be null.
+// logits [T,E]  bias [E] fp32  probs [T,E]  map [T,E] u8  bitmap [T,NBYTES] u8
+// idx [T,K] (index_dtype 0 int32, 1 int16, 2 int64)  weights [T,K] f32
+// inter [T,E] f32  counts [E] i32 (zeroed by the host before the launch).
+// Any output may be null.
 extern "C" __global__ void __launch_bounds__(router::THREADS, router::MIN_BLOCKS)
-moegen_router_fwd(router::Outputs o, int T) {
+moegen_router_fwd(router::Outputs o, int T, int index_dtype) {
   using namespace router;
   extern __shared__ int hist[];
   const bool want_counts = o.counts != nullptr;
@@ -336,11 +366,19 @@ moegen_router_fwd(router::Outputs o, int T) {
 #pragma unroll
       for (int i = 0; i < V; i++) r[i] = s[i] = x[i];
     } else {
+      float b[V]; // expert bias (0 without), loaded before the scores so the loads overlap them
+#pragma unroll
+      for (int i = 0; i < V; i += BVEC) {
+        if (HAS_BIAS && owned && base + i < E) load_vec<float, BVEC>(o.bias + base + i, b + i);
+        else
+#pragma unroll
+          for (int j = 0; j < BVEC; j++) b[i + j] = 0.f;
+      }
 #pragma unroll
       for (int i = 0; i < V; i++) {
         const bool real = owned && base + i < E;
         s[i] = score_of(x[i]);
-        r[i] = real ? (HAS_BIAS ? s[i] + __ldg(o.bias + base + i) : s[i]) : -MOEGEN_INF;
+        r[i] = real ? (HAS_BIAS ? s[i] + b[i] : s[i]) : -MOEGEN_INF;
       }
     }
     Cursor c;
@@ -354,7 +392,7 @@ moegen_router_fwd(router::Outputs o, int T) {
       float gscore = 0.f;
 #pragma unroll 1
       for (int k = 0; k < KG; k++) {
-        select_one<S>(c, r, base, tl, wv, we, mine, pos);
+        select_one<S>(c, r, base, lane, wv, we, mine, pos);
         gscore += wv;
       }
       // A group is kept iff fewer than GTOPK groups rank before it.
@@ -376,16 +414,19 @@ moegen_router_fwd(router::Outputs o, int T) {
       }
     }
     // ---- top-K
-    u64 sel = 0;      // positions this lane won
+    mask_t sel = 0;   // positions this lane won
     float norm = 0.f; // sum of selected scores (sigmoid/sqrtsoftplus) or exps (post-softmax)
     float top = 0.f;  // best value (post-softmax shift)
     constexpr int J = (K + L - 1) / L; // compact outputs: entry k lives in lane k % L, slot k / L
     int my_e[J];
     float my_w[J];
+    u32 bits[NB]; // bitmap bytes of this lane, filled from the broadcast winners
+#pragma unroll
+    for (int j = 0; j < NB; j++) bits[j] = 0;
 #pragma unroll 1
     for (int k = 0; k < K; k++) {
-      select_one<L>(c, r, base, tl, wv, we, mine, pos);
-      if (mine) sel |= 1ull << pos;
+      select_one<L>(c, r, base, lane, wv, we, mine, pos);
+      if (mine) sel |= (mask_t)1 << pos;
       if (mine && live && want_counts && we < E) atomicAdd(&hist[we], 1);
       if constexpr (SCORE == SOFTMAX && !PRE_SOFTMAX) {
         if (k == 0) top = wv;
@@ -400,18 +441,23 @@ moegen_router_fwd(router::Outputs o, int T) {
           my_w[j] = wv;
         }
       }
+      if (o.bitmap && we < E) {
+#pragma unroll
+        for (int j = 0; j < NB; j++) bits[j] |= (we >> 3) == j * L + tl ? 1u << (we & 7) : 0u;
+      }
     }
     // ---- probabilities of the selected experts
-    if constexpr (HAS_BIAS) { // wv was s + bias: recompute s of each entry from its logit
+    if constexpr (HAS_BIAS) { // wv was s + bias: sum the unbiased s of the lane's winners
       float part = 0.f;
 #pragma unroll
-      for (int j = 0; j < J; j++) {
-        if (j * L + tl < K) {
-          my_w[j] = live && my_e[j] < E ? score_of(to_f32(o.logits[t * E + my_e[j]])) : 0.f;
-          part += my_w[j];
-        }
-      }
+      for (int i = 0; i < V; i++) part += (sel >> i) & 1 ? s[i] : 0.f;
       norm = seg_sum<L>(part);
+      if (o.weights) { // the compact entries need s by expert id: recompute from the logit
+#pragma unroll
+        for (int j = 0; j < J; j++)
+          if (j * L + tl < K)
+            my_w[j] = live && my_e[j] < E ? score_of(to_f32(o.logits[t * E + my_e[j]])) : 0.f;
+      }
     }
     float scale; // p = s * scale (post-softmax: p = exp(s - top) * scale)
     if constexpr (SCORE == SOFTMAX) scale = PRE_SOFTMAX ? 1.f : 1.f / norm;
@@ -425,9 +471,18 @@ moegen_router_fwd(router::Outputs o, int T) {
 #pragma unroll
       for (int j = 0; j < J; j++) {
         const int k = j * L + tl;
-        if (k < K && o.idx) o.idx[t * K + k] = my_e[j];
+        if (k < K && o.idx) {
+          if (index_dtype == 1) ((short *)o.idx)[t * K + k] = (short)my_e[j];
+          else if (index_dtype == 2) ((long long *)o.idx)[t * K + k] = my_e[j];
+          else ((int *)o.idx)[t * K + k] = my_e[j];
+        }
         if (k < K && o.weights) o.weights[t * K + k] = SCALING * prob(my_w[j]);
       }
+    }
+    if (o.bitmap) {
+#pragma unroll
+      for (int j = 0; j < NB; j++)
+        if (j * L + tl < NBYTES) o.bitmap[t * NBYTES + j * L + tl] = (u8)bits[j];
     }
     if (!owned) continue;
     if (o.probs) {
@@ -447,8 +502,17 @@ moegen_router_fwd(router::Outputs o, int T) {
       for (int i = 0; i < V; i += MVEC) {
         if (base + i < E) {
           u8 v[MVEC];
+          if constexpr (MVEC % 4 == 0) { // 4 bits -> 4 bytes at a time
 #pragma unroll
-          for (int j = 0; j < MVEC; j++) v[j] = (sel >> (i + j)) & 1;
+            for (int j = 0; j < MVEC; j += 4) {
+              const u32 w = spread_bits4((u32)(sel >> (i + j)) & 0xfu);
+#pragma unroll
+              for (int b = 0; b < 4; b++) v[j + b] = (u8)(w >> (8 * b));
+            }
+          } else {
+#pragma unroll
+            for (int j = 0; j < MVEC; j++) v[j] = (sel >> (i + j)) & 1;
+          }
           store_vec<u8, MVEC>(o.map + t * E + base + i, v);
         }
       }

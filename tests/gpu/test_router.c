@@ -90,23 +90,36 @@ static void make_inputs(const spec *s, int T, int ties, float *x, float *bias) {
 }
 
 typedef struct bufs {
-  void *logits, *probs;
+  void *logits, *probs, *idx;
   float *bias, *w, *inter;
-  uint8_t *map;
-  int32_t *idx, *counts;
+  uint8_t *map, *bitmap;
+  int32_t *counts;
+  moegen_index_dtype idx_dtype; /* element type of idx, varied across cases */
 } bufs;
 
-static bufs alloc_bufs(const spec *s, int T) {
-  size_t TE = (size_t)T * s->E, TK = (size_t)T * s->K;
-  bufs b = {gpu_alloc(TE * dt_size(s->dt)), gpu_alloc(TE * dt_size(s->dt)),
-            gpu_alloc(4 * (size_t)s->E), gpu_alloc(4 * TK), gpu_alloc(4 * TE),
-            gpu_alloc(TE), gpu_alloc(4 * TK), gpu_alloc(4 * (size_t)s->E)};
+static size_t idx_size(moegen_index_dtype d) {
+  return d == MOEGEN_INDEX_INT16 ? 2 : d == MOEGEN_INDEX_INT64 ? 8 : 4;
+}
+
+static int64_t read_idx(moegen_index_dtype d, const void *p, size_t i) {
+  return d == MOEGEN_INDEX_INT16 ? ((const int16_t *)p)[i]
+       : d == MOEGEN_INDEX_INT64 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
+}
+
+static bufs alloc_bufs(const spec *s, int T, moegen_index_dtype idx_dtype) {
+  size_t TE = (size_t)T * s->E, TK = (size_t)T * s->K, TB = (size_t)T * ((s->E + 7) / 8);
+  bufs b = {.logits = gpu_alloc(TE * dt_size(s->dt)), .probs = gpu_alloc(TE * dt_size(s->dt)),
+            .idx = gpu_alloc(idx_size(idx_dtype) * TK), .bias = gpu_alloc(4 * (size_t)s->E),
+            .w = gpu_alloc(4 * TK), .inter = gpu_alloc(4 * TE), .map = gpu_alloc(TE),
+            .bitmap = gpu_alloc(TB), .counts = gpu_alloc(4 * (size_t)s->E),
+            .idx_dtype = idx_dtype};
   return b;
 }
 
 static void free_bufs(bufs *b) {
   gpu_free(b->logits); gpu_free(b->probs); gpu_free(b->bias); gpu_free(b->w);
-  gpu_free(b->inter); gpu_free(b->map); gpu_free(b->idx); gpu_free(b->counts);
+  gpu_free(b->inter); gpu_free(b->map); gpu_free(b->bitmap); gpu_free(b->idx);
+  gpu_free(b->counts);
 }
 
 /* Uploads x/bias, poisons outputs. */
@@ -118,8 +131,9 @@ static void stage(const spec *s, int T, const bufs *b, const float *x, const flo
   gpu_put(b->bias, bias, 4 * (size_t)s->E);
   gpu_poison(b->probs, TE * dt_size(s->dt));
   gpu_poison(b->map, TE);
+  gpu_poison(b->bitmap, (size_t)T * ((s->E + 7) / 8));
   gpu_poison(b->inter, 4 * TE);
-  gpu_poison(b->idx, 4 * TK);
+  gpu_poison(b->idx, idx_size(b->idx_dtype) * TK);
   gpu_poison(b->w, 4 * TK);
   gpu_poison(b->counts, 4 * (size_t)s->E);
   free(hx);
@@ -132,8 +146,10 @@ static void verify(const spec *s, int T, const bufs *b, const float *x, const fl
   int E = s->E, K = s->K;
   size_t TE = (size_t)T * E, TK = (size_t)T * K;
   float *rp = malloc(4 * TE + 4), *rw = malloc(4 * TK + 4), *ri = malloc(4 * TE + 4);
-  uint8_t *rm = malloc(TE + 1), *gm = malloc(TE + 1);
-  int32_t *rx = malloc(4 * TK + 4), *gx = malloc(4 * TK + 4), rc[MOEGEN_MAX_EXPERTS], gc[MOEGEN_MAX_EXPERTS];
+  size_t NB = (size_t)(E + 7) / 8;
+  uint8_t *rm = malloc(TE + 1), *gm = malloc(TE + 1), *gb = malloc((size_t)T * NB + 1);
+  int32_t *rx = malloc(4 * TK + 4), rc[MOEGEN_MAX_EXPERTS], gc[MOEGEN_MAX_EXPERTS];
+  void *gx = malloc(8 * TK + 8);
   float *gw = malloc(4 * TK + 4), *gi = malloc(4 * TE + 4);
   void *gp = malloc(TE * dt_size(s->dt) + 4);
   router_ref_fwd(&c, T, x, s->bias ? bias : NULL, rp, rm, rx, rw, ri, rc);
@@ -141,24 +157,30 @@ static void verify(const spec *s, int T, const bufs *b, const float *x, const fl
   for (int e = 0; e < E; e++) CHECK(gc[e] == rc[e], "counts[%d] = %d, want %d", e, gc[e], rc[e]);
   if (!partial) {
     gpu_get(gm, b->map, TE);
-    gpu_get(gx, b->idx, 4 * TK);
+    gpu_get(gb, b->bitmap, (size_t)T * NB);
+    gpu_get(gx, b->idx, idx_size(b->idx_dtype) * TK);
     gpu_get(gw, b->w, 4 * TK);
     gpu_get(gi, b->inter, 4 * TE);
     gpu_get(gp, b->probs, TE * dt_size(s->dt));
     for (size_t i = 0; i < TE; i++) {
       CHECK(gm[i] == rm[i], "map[%zu,%zu] = %d, want %d", i / E, i % E, gm[i], rm[i]);
+      int bit = (gb[i / E * NB + i % E / 8] >> (i % E % 8)) & 1;
+      CHECK(bit == rm[i], "bitmap bit [%zu,%zu] = %d, want %d", i / E, i % E, bit, rm[i]);
       float g = read_dt(s->dt, gp, i);
       CHECK(close_dt(s->dt, g, rp[i], E), "probs[%zu,%zu] = %.9g, want %.9g", i / E, i % E, g, rp[i]);
       CHECK(close_f32(gi[i], ri[i], E), "intermediate[%zu,%zu] = %.9g, want %.9g", i / E, i % E,
             gi[i], ri[i]);
     }
     for (size_t i = 0; i < TK; i++) {
-      CHECK(gx[i] == rx[i], "topk_indices[%zu,%zu] = %d, want %d", i / K, i % K, gx[i], rx[i]);
+      int64_t gi_ = read_idx(b->idx_dtype, gx, i);
+      CHECK(gi_ == rx[i], "topk_indices[%zu,%zu] (%zu-byte) = %lld, want %d", i / K, i % K,
+            idx_size(b->idx_dtype), (long long)gi_, rx[i]);
       CHECK(close_f32(gw[i], rw[i], E), "topk_weights[%zu,%zu] = %.9g, want %.9g", i / K, i % K,
             gw[i], rw[i]);
     }
   }
-  free(rp); free(rw); free(ri); free(rm); free(gm); free(rx); free(gx); free(gw); free(gi); free(gp);
+  free(rp); free(rw); free(ri); free(rm); free(gm); free(gb); free(rx); free(gx); free(gw);
+  free(gi); free(gp);
 }
 
 static moegen_router_fwd_args args_of(const spec *s, int T, const bufs *b, int partial) {
@@ -168,7 +190,9 @@ static moegen_router_fwd_args args_of(const spec *s, int T, const bufs *b, int p
   if (!partial) {
     a.probs = b->probs;
     a.routing_map = b->map;
+    a.routing_bitmap = b->bitmap;
     a.topk_indices = b->idx;
+    a.index_dtype = b->idx_dtype;
     a.topk_weights = b->w;
     a.intermediate = b->inter;
   }
@@ -177,7 +201,7 @@ static moegen_router_fwd_args args_of(const spec *s, int T, const bufs *b, int p
 
 static void run_case(moegen_module *m, const spec *s, int T, int ties, int partial) {
   float *x = malloc(4 * (size_t)T * s->E + 4), *bias = malloc(4 * (size_t)s->E);
-  bufs b = alloc_bufs(s, T);
+  bufs b = alloc_bufs(s, T, (moegen_index_dtype)(rng_u64() % 3));
   make_inputs(s, T, ties, x, bias);
   stage(s, T, &b, x, bias);
   moegen_router_fwd_args a = args_of(s, T, &b, partial);
@@ -197,7 +221,7 @@ static void run_case(moegen_module *m, const spec *s, int T, int ties, int parti
 /* Capture one forward into a graph; replay it on fresh inputs twice. */
 static void graph_case(moegen_module *m, const spec *s, int T) {
   float *x = malloc(4 * (size_t)T * s->E), *bias = malloc(4 * (size_t)s->E);
-  bufs b = alloc_bufs(s, T);
+  bufs b = alloc_bufs(s, T, MOEGEN_INDEX_INT64);
   CUstream stream;
   CUgraph g;
   CUgraphExec ge;
