@@ -1,7 +1,7 @@
 # tests/unit/config.cmake -- configuration input and the moegen CLI (label unit).
 #
 # test_config: presets, HF config.json loading (each preset equals its
-# model's file in MOEGEN_SHARED_DIR/models), Lua config files and their
+# model's file in MOEGEN_MODELS_DIR), Lua config files and their
 # sandbox, validation rules, --set parsing, to_lua round trips; it also
 # checks that `moegen --help` lists every config key.
 moegen_add_test(test_config SOURCES unit/test_config.c LABELS unit ARGS $<TARGET_FILE:moegen>)
@@ -42,7 +42,7 @@ moegen_cli_test(cli_config_print_preset RC 0 ARGS --print-config --preset deepse
 # the order on the command line.
 moegen_cli_test(cli_config_source_order RC 0
   ARGS --set=topk=3 ${MOEGEN_CLI_CONFIGS}/order.lua
-       --hf-config ${MOEGEN_SHARED_DIR}/models/mixtral-8x7b.json --preset=deepseek-v3 --print-config
+       --hf-config ${MOEGEN_MODELS_DIR}/mixtral-8x7b.json --preset=deepseek-v3 --print-config
   OUT "\n  experts = 64,\n" "\n  topk = 3,\n" "\n  hidden = 4096,\n" "\n  score = \"softmax\",\n"
       "\n  expert_bias = false,\n")
 moegen_cli_test(cli_config_bad_option RC 64 ARGS --bogus

@@ -6,8 +6,8 @@
  *    keys and sandbox limits give FILE:LINE messages and the right code;
  *  - every validation rule rejects, naming the field and its FILE:LINE;
  *  - key=value overrides; to_lua -> load_lua round trips.
- * Environment: MOEGEN_SOURCE_DIR (fixtures in tests/unit/configs) and
- * MOEGEN_SHARED_DIR (the models/ files). Optional argument: the moegen binary,
+ * Environment: MOEGEN_SOURCE_DIR (fixtures in tests/unit/configs, the models'
+ * config.json copies in tests/data/models). Optional argument: the moegen binary,
  * whose --help must list every config key. */
 #include <math.h>
 #include <stdio.h>
@@ -606,13 +606,13 @@ static void test_help(const char *moegen) {
 }
 
 int main(int argc, char **argv) {
-  const char *src = getenv("MOEGEN_SOURCE_DIR"), *shared = getenv("MOEGEN_SHARED_DIR");
-  if (!src || !shared) {
-    fprintf(stderr, "test_config: set MOEGEN_SOURCE_DIR and MOEGEN_SHARED_DIR\n");
+  const char *src = getenv("MOEGEN_SOURCE_DIR");
+  if (!src) {
+    fprintf(stderr, "test_config: set MOEGEN_SOURCE_DIR\n");
     return 1;
   }
   snprintf(fixtures, sizeof fixtures, "%s/tests/unit/configs", src);
-  snprintf(models, sizeof models, "%s/models", shared);
+  snprintf(models, sizeof models, "%s/tests/data/models", src);
   test_keys();
   test_defaults();
   test_presets();
