@@ -45,5 +45,9 @@ void bench_result(const char *stage, const bench_model *md, int T, float ms, con
 
 /* The stages (bench/stage_*.c). */
 void bench_router(const bench_model *md, int T, void *flush);
+void bench_router_fwd_bwd(const bench_model *md, int T, void *flush);
+void bench_aux_loss(const bench_model *md, int T, void *flush);
+void bench_gemm1(const bench_model *md, int T, void *flush);
+void bench_gemm2(const bench_model *md, int T, void *flush);
 
 #endif

@@ -28,6 +28,10 @@ static const struct {
   void (*run)(const bench_model *md, int T, void *flush);
 } stages[] = {
     {"router", bench_router},
+    {"router_fwd_bwd", bench_router_fwd_bwd},
+    {"aux_loss", bench_aux_loss},
+    {"gemm1", bench_gemm1},
+    {"gemm2", bench_gemm2},
 };
 
 #define REPS 200

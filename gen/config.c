@@ -61,6 +61,9 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
         "shared experts, >= 0 (informational: the caller runs them)"),
     KEY(MOEGEN_F_AUX_LOSS_COEFF, KT_NUM, aux_loss_coeff,
         "aux loss coefficient, finite, >= 0 (informational)"),
+    KEY(MOEGEN_F_QUANTILE_BALANCING, KT_BOOL, quantile_balancing,
+        "quantile balancing: cutoff = (K+1)-th biased score, per-expert histogram (sigmoid + "
+        "expert_bias, no groups, topk < experts)"),
 };
 
 static const char *const type_text[] = {
@@ -568,6 +571,25 @@ static int check_score(const moegen_config *c, moegen_error *err) {
   return 0;
 }
 
+/* Quantile balancing (SPEC 3): TE's constraints. */
+static int check_qb(const moegen_config *c, moegen_error *err) {
+  if (!c->quantile_balancing) return 0;
+  if (c->score != MOEGEN_SCORE_SIGMOID)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_QUANTILE_BALANCING,
+                  "needs score = \"sigmoid\" (score is \"%s\")", score_names[c->score]);
+  if (!c->expert_bias)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_QUANTILE_BALANCING, "needs expert_bias = true");
+  if (c->groups || c->group_topk)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_QUANTILE_BALANCING,
+                  "does not take group-limited routing (groups = %d, group_topk = %d)", c->groups,
+                  c->group_topk);
+  if (c->topk >= c->experts)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_QUANTILE_BALANCING,
+                  "needs topk < experts (it selects topk + 1; topk = %d, experts = %d)", c->topk,
+                  c->experts);
+  return 0;
+}
+
 /* Group-limited routing: TE's checks, in TE's order. */
 static int check_groups(const moegen_config *c, moegen_error *err) {
   int E = c->experts, K = c->topk, g = c->groups, gk = c->group_topk;
@@ -630,6 +652,7 @@ int moegen_config_validate(const moegen_config *c, moegen_error *err) {
   if (!rc) rc = check_sizes(c, err);
   if (!rc) rc = check_score(c, err);
   if (!rc) rc = check_groups(c, err);
+  if (!rc) rc = check_qb(c, err);
   if (!rc) rc = check_numbers(c, err);
   if (!rc) rc = check_dtypes(c, err);
   return rc;

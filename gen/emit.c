@@ -101,11 +101,31 @@ static int write_json(FILE *f, const moegen_sources *src, const moegen_gen_optio
   json_t *kernel = json_pack("{s:s, s:i, s:i, s:i}", "name", "moegen_router_fwd", "threads",
                              r->threads, "tokens_per_block", r->tokens_per_block, "smem_bytes",
                              r->smem_bytes);
+  json_t *kernels = json_pack("[o]", kernel);
+  const moegen_gemm_plan *gp = &src->gemm;
+  for (int g = 0; gp->supported && g < 2; g++) {
+    const moegen_gemm_kernel_plan *k = g ? &gp->gemm2 : &gp->gemm1;
+    json_array_append_new(kernels, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "name",
+                                             g ? "moegen_gemm2_fwd" : "moegen_gemm1_fwd",
+                                             "threads", k->threads, "n", k->n, "k", k->k, "bm",
+                                             k->bm, "bn", k->bn, "stages", k->stages,
+                                             "smem_bytes", k->smem_bytes));
+  }
+  const moegen_router_bwd_plan *rb = &src->router_bwd;
+  json_array_append_new(kernels, json_pack("{s:s, s:i, s:i}", "name", "moegen_router_bwd",
+                                           "threads", rb->threads, "tokens_per_block",
+                                           rb->tokens_per_block));
+  const moegen_aux_plan *ax = &src->aux;
+  static const char *const aux_kernels[] = {"moegen_aux_scores_fwd", "moegen_aux_scores_bwd",
+                                            "moegen_aux_loss_fwd", "moegen_aux_loss_bwd"};
+  for (int i = 0; i < 4; i++)
+    json_array_append_new(kernels, json_pack("{s:s, s:i}", "name", aux_kernels[i], "threads",
+                                             i < 2 ? ax->threads : ax->loss_threads));
   json_t *root = json_pack(
-      "{s:s, s:s, s:s, s:s, s:s, s:s, s:[o], s:{s:s, s:s?}, s:i}", "moegen_version",
+      "{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:{s:s, s:s?}, s:i}", "moegen_version",
       MOEGEN_VERSION, "command", opt->command_line ? opt->command_line : "", "name", opt->name,
       "arch", opt->arch, "compile", mode_name(opt->compile), "config_lua", src->config_lua,
-      "kernels", kernel, "sha256", "cu", h_cu, "cubin", cubin ? h_cubin : NULL, "cubin_bytes",
+      "kernels", kernels, "sha256", "cu", h_cu, "cubin", cubin ? h_cubin : NULL, "cubin_bytes",
       (int)cubin_size);
   if (!root) return -1;
   int rc = json_dumpf(root, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

@@ -78,7 +78,10 @@ moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_modu
                             .source = j->source,
                             .source_size = strlen(j->source),
                             .source_path = "<jit>",
-                            .router = src.router};
+                            .router = src.router,
+                            .router_bwd = src.router_bwd,
+                            .aux = src.aux,
+                            .gemm = src.gemm};
   moegen_sources_free(&src);
   return moegen_module_create_owned(&j->image, free_jit_image, out);
 }

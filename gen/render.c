@@ -17,6 +17,9 @@ static const char *compile_mode_name(moegen_compile_mode m) {
  * nothing when the config or arch does not call for its kernels. */
 static const char *const kernel_templates[] = {
     "router.cu.lt",
+    "router_bwd.cu.lt",
+    "aux_loss.cu.lt",
+    "grouped_gemm_sm90.cu.lt",
     NULL,
 };
 
@@ -76,7 +79,79 @@ static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, moegen
     *(int *)((char *)p + fields[i].off) = (int)v;
   }
   p->has_bias = cfg->expert_bias ? 1 : 0;
+  p->qb = cfg->quantile_balancing ? 1 : 0;
   return 0;
+}
+
+/* Reads plan.router_bwd into the runtime's plan struct. */
+static int read_router_bwd_plan(moegen_sandbox *sb, moegen_router_bwd_plan *p, moegen_error *err) {
+  static const struct { const char *path; size_t off; } fields[] = {
+      {"plan.router_bwd.experts", offsetof(moegen_router_bwd_plan, experts)},
+      {"plan.router_bwd.topk", offsetof(moegen_router_bwd_plan, topk)},
+      {"plan.router_bwd.threads", offsetof(moegen_router_bwd_plan, threads)},
+      {"plan.router_bwd.tokens_per_block", offsetof(moegen_router_bwd_plan, tokens_per_block)},
+      {"plan.router_bwd.logits_dtype_id", offsetof(moegen_router_bwd_plan, grad_dtype)},
+  };
+  memset(p, 0, sizeof *p);
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    long v;
+    int rc = moegen_sandbox_get_int(sb, fields[i].path, &v, err);
+    if (rc) return rc;
+    *(int *)((char *)p + fields[i].off) = (int)v;
+  }
+  return 0;
+}
+
+/* Reads plan.aux into the runtime's plan struct. */
+static int read_aux_plan(moegen_sandbox *sb, moegen_aux_plan *p, moegen_error *err) {
+  static const struct { const char *path; size_t off; } fields[] = {
+      {"plan.aux.experts", offsetof(moegen_aux_plan, experts)},
+      {"plan.aux.topk", offsetof(moegen_aux_plan, topk)},
+      {"plan.aux.threads", offsetof(moegen_aux_plan, threads)},
+      {"plan.aux.tokens_per_block", offsetof(moegen_aux_plan, tokens_per_block)},
+      {"plan.aux.logits_dtype_id", offsetof(moegen_aux_plan, logits_dtype)},
+      {"plan.aux.loss_threads", offsetof(moegen_aux_plan, loss_threads)},
+      {"plan.aux.loss_unroll", offsetof(moegen_aux_plan, loss_unroll)},
+      {"plan.aux.loss_max_blocks", offsetof(moegen_aux_plan, loss_max_blocks)},
+  };
+  memset(p, 0, sizeof *p);
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    long v;
+    int rc = moegen_sandbox_get_int(sb, fields[i].path, &v, err);
+    if (rc) return rc;
+    *(int *)((char *)p + fields[i].off) = (int)v;
+  }
+  return 0;
+}
+
+/* Reads plan.gemm into the runtime's plan struct. */
+static int read_gemm_plan(moegen_sandbox *sb, moegen_gemm_plan *p, moegen_error *err) {
+  static const struct { const char *field; size_t off; } fields[] = {
+      {"n", offsetof(moegen_gemm_kernel_plan, n)},
+      {"k", offsetof(moegen_gemm_kernel_plan, k)},
+      {"bm", offsetof(moegen_gemm_kernel_plan, bm)},
+      {"bn", offsetof(moegen_gemm_kernel_plan, bn)},
+      {"bk", offsetof(moegen_gemm_kernel_plan, bk)},
+      {"stages", offsetof(moegen_gemm_kernel_plan, stages)},
+      {"threads", offsetof(moegen_gemm_kernel_plan, threads)},
+      {"smem_bytes", offsetof(moegen_gemm_kernel_plan, smem_bytes)},
+  };
+  memset(p, 0, sizeof *p);
+  long v;
+  int rc = moegen_sandbox_get_int(sb, "plan.gemm.experts", &v, err);
+  p->experts = (int)v;
+  if (!rc) rc = moegen_sandbox_get_int(sb, "plan.gemm.supported", &v, err);
+  p->supported = (int)v;
+  for (int g = 0; !rc && g < 2; g++) {
+    moegen_gemm_kernel_plan *k = g ? &p->gemm2 : &p->gemm1;
+    for (size_t i = 0; !rc && i < sizeof fields / sizeof fields[0]; i++) {
+      char path[64];
+      snprintf(path, sizeof path, "plan.gemm.gemm%d.%s", g + 1, fields[i].field);
+      rc = moegen_sandbox_get_int(sb, path, &v, err);
+      *(int *)((char *)k + fields[i].off) = (int)v;
+    }
+  }
+  return rc;
 }
 
 int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moegen_sources *out,
@@ -127,6 +202,9 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
   if (!rc) rc = render_file(sb, "host.h.lt", &out->h, err);
   if (!rc) rc = render_file(sb, "host.c.lt", &out->c, err);
   if (!rc) rc = read_router_plan(sb, cfg, &out->router, err);
+  if (!rc) rc = read_router_bwd_plan(sb, &out->router_bwd, err);
+  if (!rc) rc = read_aux_plan(sb, &out->aux, err);
+  if (!rc) rc = read_gemm_plan(sb, &out->gemm, err);
   moegen_sandbox_close(sb);
   if (rc) moegen_sources_free(out);
   return rc;

@@ -18,6 +18,7 @@
  *         crashes when called with three
  *   12080 cuEventElapsedTime_v2: same prototype as the 2000 original and the
  *         one CUDA 13 programs get; older drivers hand back the original
+ *   12000 cuTensorMapEncodeTiled (introduced in 12.0, prototype unchanged since)
  * Streams use legacy default-stream semantics (CU_GET_PROC_ADDRESS_LEGACY_STREAM),
  * the same as the CUDA runtime's default.
  */
@@ -69,7 +70,7 @@ static const entry entries[] = {
     ENTRY(cuGraphExecDestroy, 10000),  ENTRY(cuGraphDestroy, 10000),
     ENTRY(cuEventCreate, 2000),        ENTRY(cuEventRecord, 2000),
     ENTRY(cuEventSynchronize, 2000),   ENTRY(cuEventElapsedTime, 12080),
-    ENTRY(cuEventDestroy, 4000),
+    ENTRY(cuEventDestroy, 4000),       ENTRY(cuTensorMapEncodeTiled, 12000),
 };
 
 /* The process-wide result, written once under g_once. */

@@ -23,6 +23,20 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
 
+/* A TMA descriptor (cuda.h's CUtensorMap): 128 opaque bytes, 64-byte aligned. */
+typedef struct CUtensorMap {
+  _Alignas(64) unsigned long long opaque[16];
+} CUtensorMap;
+
+/* cuTensorMapEncodeTiled's enums (cuda.h values). */
+enum {
+  MOEGEN_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+  MOEGEN_CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+  MOEGEN_CU_TENSOR_MAP_SWIZZLE_128B = 3,
+  MOEGEN_CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
+  MOEGEN_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0 /* out-of-bounds elements read as zero */
+};
+
 enum {
   MOEGEN_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
   MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
@@ -86,6 +100,12 @@ typedef struct moegen_driver {
   CUresult (*cuEventSynchronize)(CUevent e);
   CUresult (*cuEventElapsedTime)(float *ms, CUevent a, CUevent b);
   CUresult (*cuEventDestroy)(CUevent e);
+  /* Host-only: fills *map, no GPU work. Enum arguments are the MOEGEN_CU_TENSOR_MAP_* values. */
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *map, int data_type, unsigned rank, void *address,
+                                     const unsigned long long *dims,
+                                     const unsigned long long *strides, const unsigned *box,
+                                     const unsigned *element_strides, int interleave, int swizzle,
+                                     int l2_promotion, int oob_fill);
 } moegen_driver;
 
 /* Loads libcuda.so.1 and resolves every entry point (once; thread-safe) and

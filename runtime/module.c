@@ -20,7 +20,14 @@
 
 enum { MAX_DEVICES = 64 };
 
-const char *const moegen_kernel_names[MOEGEN_KERNEL_COUNT] = {"moegen_router_fwd"};
+const char *const moegen_kernel_names[MOEGEN_KERNEL_COUNT] = {"moegen_router_fwd",
+                                                             "moegen_gemm1_fwd",
+                                                             "moegen_gemm2_fwd",
+                                                             "moegen_router_bwd",
+                                                             "moegen_aux_scores_fwd",
+                                                             "moegen_aux_scores_bwd",
+                                                             "moegen_aux_loss_fwd",
+                                                             "moegen_aux_loss_bwd"};
 
 struct moegen_module {
   const moegen_image *image;
@@ -356,6 +363,23 @@ static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *
   if (id == MOEGEN_KERNEL_ROUTER_FWD && img->router.experts > 0) {
     *threads = (unsigned)img->router.threads;
     *smem = (unsigned)img->router.smem_bytes;
+    return 1;
+  }
+  if (id == MOEGEN_KERNEL_ROUTER_BWD && img->router_bwd.experts > 0) {
+    *threads = (unsigned)img->router_bwd.threads;
+    *smem = 0;
+    return 1;
+  }
+  if ((id == MOEGEN_KERNEL_AUX_SCORES_FWD || id == MOEGEN_KERNEL_AUX_SCORES_BWD) &&
+      img->aux.experts > 0) {
+    *threads = (unsigned)img->aux.threads;
+    *smem = 0;
+    return 1;
+  }
+  if ((id == MOEGEN_KERNEL_AUX_LOSS_FWD || id == MOEGEN_KERNEL_AUX_LOSS_BWD) &&
+      img->aux.loss_threads > 0) {
+    *threads = (unsigned)img->aux.loss_threads;
+    *smem = 0;
     return 1;
   }
   return 0;

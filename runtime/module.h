@@ -8,6 +8,13 @@
 /* Kernels a module may hold, by fixed extern "C" name. */
 typedef enum moegen_kernel_id {
   MOEGEN_KERNEL_ROUTER_FWD = 0,
+  MOEGEN_KERNEL_GEMM1_FWD,
+  MOEGEN_KERNEL_GEMM2_FWD,
+  MOEGEN_KERNEL_ROUTER_BWD,
+  MOEGEN_KERNEL_AUX_SCORES_FWD,
+  MOEGEN_KERNEL_AUX_SCORES_BWD,
+  MOEGEN_KERNEL_AUX_LOSS_FWD,
+  MOEGEN_KERNEL_AUX_LOSS_BWD,
   MOEGEN_KERNEL_COUNT
 } moegen_kernel_id;
 

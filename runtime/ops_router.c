@@ -1,5 +1,6 @@
 /* runtime/ops_router.c -- the router forward op: shape function and launch. */
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 
 #include "module.h"
@@ -15,6 +16,9 @@ typedef struct router_fwd_params {
   float *weights;
   float *inter;
   int32_t *counts;
+  int32_t *qb_hist;
+  const float *qb_bounds;
+  float *qb_cutoff;
 } router_fwd_params;
 
 moegen_status moegen_router_fwd_shape_of(const moegen_image *image, int64_t num_tokens,
@@ -31,6 +35,7 @@ moegen_status moegen_router_fwd_shape_of(const moegen_image *image, int64_t num_
   shape->topk_indices[0] = shape->topk_weights[0] = T;
   shape->topk_indices[1] = shape->topk_weights[1] = K;
   shape->expert_counts[0] = E;
+  shape->qb_cutoff[0] = p->qb ? T : 0;
   shape->workspace_bytes = 0;
   return MOEGEN_OK;
 }
@@ -52,6 +57,15 @@ static moegen_status check_args(moegen_module *m, const moegen_router_fwd_args *
   if ((unsigned)a->index_dtype > MOEGEN_INDEX_INT64)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_fwd: index_dtype = %d is not a moegen_index_dtype",
                               (int)a->index_dtype);
+  if (p->qb && (!a->qb_histogram || !a->qb_bounds || a->qb_bins <= 0))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "router_fwd: quantile balancing needs qb_histogram, qb_bounds and "
+                              "qb_bins > 0 (got %p, %p, %d)", (void *)a->qb_histogram,
+                              (const void *)a->qb_bounds, a->qb_bins);
+  if (!p->qb && (a->qb_histogram || a->qb_bounds || a->qb_cutoff || a->qb_bins))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "router_fwd: qb_* arguments given but the config has no "
+                              "quantile_balancing");
   if (p->has_bias && a->num_tokens > 0 && !a->expert_bias)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "router_fwd: the config has expert_bias but expert_bias is NULL");
@@ -83,11 +97,28 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
   long long cap = (long long)dev.sm_count * dev.blocks_per_sm; /* one full wave, persistent */
   unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
   router_fwd_params prm = {a->logits, a->expert_bias, a->probs, a->routing_map, a->routing_bitmap,
-                           a->topk_indices, a->topk_weights, a->intermediate, a->expert_counts};
-  int index_dtype = (int)a->index_dtype;
-  void *params[] = {&prm, &T, &index_dtype};
+                           a->topk_indices, a->topk_weights, a->intermediate, a->expert_counts,
+                           a->qb_histogram, a->qb_bounds, a->qb_cutoff};
+  int index_dtype = (int)a->index_dtype, qb_bins = a->qb_bins;
+  void *params[] = {&prm, &T, &index_dtype, &qb_bins};
   r = d->cuLaunchKernel(fn, grid, 1, 1, (unsigned)p->threads, 1, 1, (unsigned)p->smem_bytes, stream,
                         params, NULL);
   if (r) return moegen_module_cuda_fail(m, r, "router_fwd: cuLaunchKernel");
+  return MOEGEN_OK;
+}
+
+moegen_status moegen_router_qb_check_bounds(moegen_module *m, const float *bounds, CUstream stream) {
+  if (!m) return MOEGEN_ERR_INVALID_ARGUMENT;
+  if (!bounds)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "qb_check_bounds: bounds is NULL");
+  const moegen_driver *d = moegen_module_driver(m);
+  float b[2];
+  CUresult r = d->cuStreamSynchronize(stream);
+  if (!r) r = d->cuMemcpyDtoH(b, (CUdeviceptr)(uintptr_t)bounds, sizeof b);
+  if (r) return moegen_module_cuda_fail(m, r, "qb_check_bounds: copying the bounds");
+  if (!isfinite(b[0]) || !isfinite(b[1]) || !(b[0] < b[1]))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "qb_check_bounds: bounds = [%g, %g]: need finite lower < upper",
+                              (double)b[0], (double)b[1]);
   return MOEGEN_OK;
 }

@@ -91,4 +91,114 @@ local function router_plan()
   return p
 end
 
-return { router = router_plan() }
+-- Streaming row layout of the router backward and the aux-loss score
+-- kernels: a token's E experts over `lanes` lanes of a warp, `per_lane`
+-- consecutive experts each. per_lane is a multiple of 8 so a lane owns whole
+-- bitmap bytes; the target of 8 makes one 16-byte access of bf16 grads and
+-- keeps ~56 bytes per lane in flight. The row lives in registers (<= 64).
+local ROW_TARGET = 8
+
+local function row_plan(E, esize)
+  local lanes = math.max(1, math.min(32, pow2_floor(E // ROW_TARGET)))
+  local per_lane = (E + lanes - 1) // lanes
+  per_lane = (per_lane + 7) // 8 * 8
+  if per_lane > 64 then
+    error("router backward: " .. E .. " experts need " .. per_lane .. " per lane (max 64)")
+  end
+  local threads = 256
+  return {
+    experts = E,
+    topk = cfg.topk,
+    lanes = lanes,
+    per_lane = per_lane,
+    -- vector widths (elements) of each access; all divide E and per_lane
+    grad_vec = pow2_dividing(16 // esize, E, per_lane), -- logits dtype
+    f32_vec = pow2_dividing(4, E, per_lane),            -- fp32 rows
+    map_vec = pow2_dividing(16, E, per_lane),           -- bytemap rows
+    threads = threads,
+    tokens_per_block = threads // lanes,
+    logits_type = dtype_ctype[cfg.logits_dtype],
+    logits_dtype_id = ({ fp32 = 0, bf16 = 1, fp16 = 2 })[cfg.logits_dtype],
+  }
+end
+
+local function router_bwd_plan()
+  return row_plan(cfg.experts, dtype_bytes[cfg.logits_dtype])
+end
+
+-- Aux loss: the score kernels share the router backward's row layout; the
+-- loss is a flat reduction over [R, C] with a fixed grid cap (so the sum's
+-- order does not depend on the device), partials in the caller's workspace.
+local function aux_plan()
+  local p = row_plan(cfg.experts, dtype_bytes[cfg.logits_dtype])
+  p.loss_threads = 256
+  p.loss_unroll = 8      -- loads in flight per thread
+  p.loss_max_blocks = 1024 -- partial sums (the workspace holds one float each)
+  return p
+end
+
+-- Grouped GEMM forward on Hopper (templates/grouped_gemm_sm90.cu.lt):
+-- Y_e[m_e, N] = X_e[m_e, K] W_e[N, K]^T per expert, bf16 in and out, fp32
+-- accumulation. One CTA per SM (persistent), three warpgroups: a TMA
+-- producer and two wgmma consumers, each owning 64 rows of a BM x BN tile.
+--
+-- Napkin math (H200: 132 SMs, ~690 TFLOP/s dense bf16 = 5.2 TFLOP/s per SM,
+-- 4.8 TB/s HBM, 50 MB L2, 227 KiB smem per CTA):
+--  * one BK = 64 step of a 128 x 256 tile is 2*128*256*64 = 4.2 MFLOP fed by
+--    (128 + 256) * 64 * 2 = 48 KiB of smem: 0.8 us per step at peak, i.e.
+--    60 GB/s per SM, 7.9 TB/s from L2 over 132 SMs. Smaller tiles would need
+--    more L2 bandwidth than Hopper has; 128 x 256 is the largest tile whose
+--    64 x 256 fp32 accumulator (128 registers per thread) fits a consumer.
+--  * 4 stages x 48 KiB = 192 KiB keep ~3 steps (2.4 us) of loads in flight,
+--    more than the ~1 us L2/HBM latency.
+--  * tiles are numbered expert-major, then N tile, then M tile, so the CTAs
+--    that run together share each W tile (read from HBM once) and X_e.
+--  * small T is weight-bound: DeepSeek-V3 gemm1 streams 256*4096*7168*2 B =
+--    15 GB (3.1 ms at 4.8 TB/s). A consumer whose 64 rows are all past the
+--    expert's end skips its MMAs, so 8-row experts cost 64-row MMAs (1.6 ms
+--    of tensor time at peak), hidden under the weight stream.
+--  * BN is the candidate with the fewest padded columns (gpt-oss N = 2880 and
+--    5760 are multiples of 192, not 256); registers: 40 for the producer,
+--    232 for the consumers (128 * 40 + 256 * 232 = 64512 <= 65536).
+local GEMM_SMEM_LIMIT = 232448 -- opt-in dynamic shared memory per CTA (sm_90)
+local GEMM_BM, GEMM_BK, GEMM_MAX_STAGES = 128, 64, 6
+
+-- Shared memory of one GEMM kernel: per-expert tables (tile and row starts,
+-- E + 1 ints each, plus 32 ints of scan scratch), the barriers, 1 KiB to
+-- align the tiles to the 128B-swizzle atom, then the stages.
+local function gemm_smem(E, bn, stages)
+  local tables = (8 * (E + 1) + 4 * 32 + 15) // 16 * 16
+  return tables + 16 * stages + 1024 + stages * (GEMM_BM + bn) * GEMM_BK * 2
+end
+
+local function gemm_kernel_plan(N, K, E)
+  local bn, waste
+  for _, cand in ipairs({ 256, 192, 128 }) do
+    local w = (N + cand - 1) // cand * cand - N
+    if not bn or w < waste then bn, waste = cand, w end
+  end
+  local stages = GEMM_MAX_STAGES
+  while gemm_smem(E, bn, stages) > GEMM_SMEM_LIMIT do stages = stages - 1 end
+  return {
+    n = N, k = K,
+    bm = GEMM_BM, bn = bn, bk = GEMM_BK,
+    stages = stages,
+    threads = 384,          -- producer + 2 consumer warpgroups
+    smem_bytes = gemm_smem(E, bn, stages),
+  }
+end
+
+local function gemm_plan()
+  local E, H, F = cfg.experts, cfg.hidden, cfg.ffn
+  -- TMA needs 16-byte row strides (K % 8) and the epilogue stores column
+  -- pairs of 16-byte aligned rows (N % 8).
+  local ok = opt.arch == "sm_90a" and H % 8 == 0 and F % 8 == 0
+  return {
+    experts = E,
+    supported = ok and 1 or 0,
+    gemm1 = gemm_kernel_plan(2 * F, H, E),
+    gemm2 = gemm_kernel_plan(H, F, E),
+  }
+end
+
+return { router = router_plan(), router_bwd = router_bwd_plan(), aux = aux_plan(), gemm = gemm_plan() }

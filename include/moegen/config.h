@@ -42,7 +42,7 @@ typedef enum moegen_field {
   MOEGEN_F_NAME, MOEGEN_F_EXPERTS, MOEGEN_F_TOPK, MOEGEN_F_HIDDEN, MOEGEN_F_FFN,
   MOEGEN_F_SCORE, MOEGEN_F_PRE_SOFTMAX, MOEGEN_F_GROUPS, MOEGEN_F_GROUP_TOPK,
   MOEGEN_F_EXPERT_BIAS, MOEGEN_F_SCALING, MOEGEN_F_LOGITS_DTYPE, MOEGEN_F_DTYPE,
-  MOEGEN_F_SHARED_EXPERTS, MOEGEN_F_AUX_LOSS_COEFF,
+  MOEGEN_F_SHARED_EXPERTS, MOEGEN_F_AUX_LOSS_COEFF, MOEGEN_F_QUANTILE_BALANCING,
   MOEGEN_F_COUNT
 } moegen_field;
 
@@ -70,6 +70,7 @@ typedef struct moegen_config {
   moegen_dtype dtype;        /* activations and weights (bf16 or fp16) */
   int shared_experts;        /* informational: shared experts left to the caller */
   double aux_loss_coeff;     /* informational: aux loss coefficient */
+  bool quantile_balancing;   /* QB routing (SPEC 3): sigmoid + bias, top-(K+1) cutoff, histogram */
   moegen_origin origin[MOEGEN_F_COUNT]; /* where each field was last set */
 } moegen_config;
 

@@ -37,6 +37,9 @@ typedef struct moegen_sources {
   char *h;                  /* NAME.h: the module's C API */
   char *c;                  /* the image definition of NAME.c (moegen_generate adds the data) */
   moegen_router_plan router;
+  moegen_router_bwd_plan router_bwd;
+  moegen_aux_plan aux;
+  moegen_gemm_plan gemm;
   char *config_lua;         /* the config as a Lua table */
   char *command_line;       /* opt->command_line, made safe to put inside a C comment */
 } moegen_sources;

@@ -59,7 +59,48 @@ typedef struct moegen_router_plan {
   int smem_bytes;       /* dynamic shared memory per block (the grid is one full wave) */
   int logits_dtype;     /* moegen_dtype of logits and probs */
   int has_bias;         /* 1 if the kernel reads expert_bias */
+  int qb;               /* 1 for quantile balancing (SPEC 3): cutoff + histogram outputs */
 } moegen_router_plan;
+
+/* Launch plan of the router backward kernel (templates/plan.lua). */
+typedef struct moegen_router_bwd_plan {
+  int experts;          /* E */
+  int topk;             /* K */
+  int threads;          /* block size */
+  int tokens_per_block; /* tokens one block handles */
+  int grad_dtype;       /* moegen_dtype of grad_probs and grad_logits (= logits dtype) */
+} moegen_router_bwd_plan;
+
+/* Launch plan of the aux-loss kernels (templates/plan.lua): the score
+ * kernels share the router backward's row layout; the loss is a flat
+ * reduction whose grid is capped at loss_max_blocks. */
+typedef struct moegen_aux_plan {
+  int experts;          /* E */
+  int topk;             /* K of the score routing map */
+  int threads;          /* block size of the score kernels */
+  int tokens_per_block; /* tokens one score block handles */
+  int logits_dtype;     /* moegen_dtype of the score kernels' logits */
+  int loss_threads;     /* block size of the loss kernels */
+  int loss_unroll;      /* elements per thread per loss-loop step */
+  int loss_max_blocks;  /* grid cap of the loss forward (one fp32 partial each) */
+} moegen_aux_plan;
+
+/* Launch plan of one grouped GEMM forward kernel (templates/plan.lua). */
+typedef struct moegen_gemm_kernel_plan {
+  int n, k;         /* output columns, reduction length (compile-time in the kernel) */
+  int bm, bn, bk;   /* tile */
+  int stages;       /* TMA pipeline depth */
+  int threads;      /* block size: a producer and two consumer warpgroups */
+  int smem_bytes;   /* dynamic shared memory per block (one block per SM, persistent) */
+} moegen_gemm_kernel_plan;
+
+/* Launch plans of the grouped GEMMs: gemm1 is [rows, H] x [E, 2F, H]^T, gemm2
+ * is [rows, F] x [E, H, F]^T. */
+typedef struct moegen_gemm_plan {
+  int experts;      /* E */
+  int supported;    /* 1 if the module holds the kernels (sm_90a, H and F multiples of 8) */
+  moegen_gemm_kernel_plan gemm1, gemm2;
+} moegen_gemm_plan;
 
 /* Everything the runtime needs to load one generated module. AOT images
  * carry a cubin; JIT images carry only the source, compiled at first use
@@ -75,6 +116,9 @@ typedef struct moegen_image {
   size_t source_size;
   const char *source_path;         /* where NAME.cu was written, or "<jit>" */
   moegen_router_plan router;
+  moegen_router_bwd_plan router_bwd;
+  moegen_aux_plan aux;
+  moegen_gemm_plan gemm;
 } moegen_image;
 
 /* ---------------------------------------------------------------- modules */
@@ -125,6 +169,7 @@ typedef struct moegen_router_fwd_shape {
   int64_t topk_weights[2];   /* [T, K]  fp32 */
   int64_t intermediate[2];   /* [T, E]  fp32, saved for backward */
   int64_t expert_counts[1];  /* [E]    int32 */
+  int64_t qb_cutoff[1];      /* [T]    fp32 (quantile-balancing modules) */
   size_t workspace_bytes;    /* 0: the router needs no scratch */
 } moegen_router_fwd_shape;
 
@@ -145,6 +190,13 @@ typedef struct moegen_router_fwd_args {
   float *topk_weights;    /* out [T, K] scaling*p of topk_indices, fp32 */
   float *intermediate;    /* out [T, E] fp32 saved state for the backward (SPEC 1) */
   int32_t *expert_counts; /* out [E] tokens routed to each expert (overwritten) */
+  /* Quantile balancing (modules with quantile_balancing; NULL/0 otherwise). */
+  int32_t *qb_histogram;  /* in/out [E, qb_bins]: ACCUMULATED in place, += 1 per (token,
+                           * expert) at the bin of cutoff - s; never zeroed (required) */
+  int qb_bins;            /* bins per expert, > 0 */
+  const float *qb_bounds; /* in [2] fp32 device: lower < upper, both finite (required;
+                           * check once with moegen_router_qb_check_bounds) */
+  float *qb_cutoff;       /* out [T] fp32: the (K+1)-th largest s + bias of each token */
 } moegen_router_fwd_args;
 
 /* Fused top-k router forward (TransformerEngine fused_topk_with_score_function
@@ -154,6 +206,208 @@ typedef struct moegen_router_fwd_args {
  * one memset node before it when expert_counts is requested. No host sync. */
 moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *args,
                                 CUstream stream);
+
+/* Validates quantile-balancing bounds [2] fp32 on the device: both finite and
+ * lower < upper. SYNCHRONIZES `stream` and copies the 8 bytes to the host,
+ * so call it once when the bounds change, never in a captured graph; the
+ * router op itself never checks them. MOEGEN_ERR_INVALID_ARGUMENT (with the
+ * values in the last error) if they are bad. */
+moegen_status moegen_router_qb_check_bounds(moegen_module *m, const float *bounds, CUstream stream);
+
+/* ---------------------------------------------------------------- router backward */
+
+/* Shapes and workspace of moegen_router_bwd for T tokens. Pure: touches no
+ * GPU, needs no driver. */
+typedef struct moegen_router_bwd_shape {
+  int64_t grad_logits[2]; /* [T, E]  logits dtype */
+  size_t workspace_bytes; /* 0: the backward needs no scratch */
+} moegen_router_bwd_shape;
+
+moegen_status moegen_router_bwd_shape_of(const moegen_image *image, int64_t num_tokens,
+                                         moegen_router_bwd_shape *shape);
+
+/* Router backward arguments (device pointers, 16-byte aligned). The gradient
+ * comes as exactly one of grad_probs (dense) or grad_weights (compact, with
+ * topk_indices); the routing as exactly one of routing_map, routing_bitmap
+ * or topk_indices, as moegen_router_fwd wrote it. */
+typedef struct moegen_router_bwd_args {
+  int64_t num_tokens;            /* T >= 0; T == 0 is a no-op; T*E <= INT32_MAX */
+  const void *grad_probs;        /* in [T, E] logits dtype: grad of probs, or NULL */
+  const float *grad_weights;     /* in [T, K] fp32: grad of topk_weights, aligned with
+                                  * topk_indices, or NULL */
+  const float *intermediate;     /* in [T, E] fp32 saved by moegen_router_fwd */
+  const uint8_t *routing_map;    /* in [T, E] bytemap (nonzero = selected), or NULL */
+  const uint8_t *routing_bitmap; /* in [T, ceil(E/8)] bit e%8 of byte e/8, or NULL */
+  const void *topk_indices;      /* in [T, K] index_dtype: distinct expert ids, or NULL */
+  moegen_index_dtype index_dtype; /* element type of topk_indices (0 = int32) */
+  void *grad_logits;             /* out [T, E] logits dtype */
+} moegen_router_bwd_args;
+
+/* Backward of moegen_router_fwd (SPEC.md 1, Backward): grad_logits from the
+ * grad of the probs (times the config's scaling), the saved intermediate
+ * and the selection; all math fp32. Every routing format gives bit-identical
+ * grad_logits. Buffer contract: reads the inputs; writes every element of
+ * grad_logits; mutates nothing else. One kernel on `stream`; no host sync. */
+moegen_status moegen_router_bwd(moegen_module *m, const moegen_router_bwd_args *args,
+                                CUstream stream);
+
+/* ---------------------------------------------------------------- aux loss */
+
+/* Shapes and workspace of moegen_aux_scores_fwd / _bwd for T tokens. Pure. */
+typedef struct moegen_aux_scores_shape {
+  int64_t scores[2];         /* [T, E]  fp32 */
+  int64_t routing_map[2];    /* [T, E]  uint8 0/1 (bytemap) */
+  int64_t routing_bitmap[2]; /* [T, ceil(E/8)] uint8, bit e%8 of byte e/8 (LSB-first) */
+  int64_t intermediate[2];   /* [T, E]  fp32, saved for the backward */
+  int64_t grad_logits[2];    /* [T, E]  logits dtype */
+  size_t workspace_bytes;    /* 0: no scratch */
+} moegen_aux_scores_shape;
+
+moegen_status moegen_aux_scores_shape_of(const moegen_image *image, int64_t num_tokens,
+                                         moegen_aux_scores_shape *shape);
+
+/* Aux-loss score forward arguments (device pointers, 16-byte aligned). */
+typedef struct moegen_aux_scores_fwd_args {
+  int64_t num_tokens;       /* T >= 0; T == 0 is a no-op; T*E <= INT32_MAX */
+  const void *logits;       /* in  [T, E] logits dtype */
+  float *scores;            /* out [T, E] fp32: softmax, or sigmoid / sqrtsoftplus
+                             * normalized over all E */
+  uint8_t *routing_map;     /* out [T, E] 1 at the top-K scores, or NULL */
+  uint8_t *routing_bitmap;  /* out [T, ceil(E/8)] the same selection as bits, or NULL */
+  float *intermediate;      /* out [T, E] fp32: softmax, sigmoid, or the raw logit */
+} moegen_aux_scores_fwd_args;
+
+/* fused_compute_score_for_moe_aux_loss (SPEC.md 2a): scores over all E (no
+ * bias, no groups) and their top-K (the config's K; ties by value descending,
+ * then expert id ascending). Buffer contract: reads logits; writes every
+ * element of scores, intermediate and each non-NULL map. One kernel. */
+moegen_status moegen_aux_scores_fwd(moegen_module *m, const moegen_aux_scores_fwd_args *args,
+                                    CUstream stream);
+
+/* Aux-loss score backward arguments (device pointers, 16-byte aligned). */
+typedef struct moegen_aux_scores_bwd_args {
+  int64_t num_tokens;        /* T >= 0; T == 0 is a no-op; T*E <= INT32_MAX */
+  const float *grad_scores;  /* in  [T, E] fp32 */
+  const float *intermediate; /* in  [T, E] fp32 saved by moegen_aux_scores_fwd */
+  void *grad_logits;         /* out [T, E] logits dtype */
+} moegen_aux_scores_bwd_args;
+
+/* Backward of moegen_aux_scores_fwd (SPEC.md 2a; no routing mask). Buffer
+ * contract: reads the inputs; writes every element of grad_logits. One kernel. */
+moegen_status moegen_aux_scores_bwd(moegen_module *m, const moegen_aux_scores_bwd_args *args,
+                                    CUstream stream);
+
+/* Element type of tokens_per_expert. */
+typedef enum moegen_count_dtype {
+  MOEGEN_COUNT_INT32 = 0,
+  MOEGEN_COUNT_INT64 = 1,
+  MOEGEN_COUNT_FP32 = 2,
+  MOEGEN_COUNT_BF16 = 3,
+  MOEGEN_COUNT_INT16 = 4
+} moegen_count_dtype;
+
+/* Shapes and workspace of moegen_aux_loss_fwd / _bwd for probs [R, C]. Pure. */
+typedef struct moegen_aux_loss_shape {
+  int64_t grad_probs[2];  /* [R, C]  grad dtype */
+  size_t workspace_bytes; /* scratch of moegen_aux_loss_fwd (a done-counter + one
+                           * fp32 partial per block); the backward needs none */
+} moegen_aux_loss_shape;
+
+moegen_status moegen_aux_loss_shape_of(const moegen_image *image, int64_t rows, int64_t cols,
+                                       moegen_aux_loss_shape *shape);
+
+/* Aux loss forward arguments (device pointers, unless noted). */
+typedef struct moegen_aux_loss_fwd_args {
+  int64_t rows;                   /* R >= 0 (R == 0 gives aux = 0) */
+  int64_t cols;                   /* C > 0, a multiple of num_experts, <= INT32_MAX */
+  const void *probs;              /* in [R, C] probs_dtype */
+  int probs_dtype;                /* moegen_dtype (moegen/config.h): 0 fp32, 1 bf16, 2 fp16 */
+  const void *tokens_per_expert;  /* in [C] tpe_dtype */
+  moegen_count_dtype tpe_dtype;
+  int64_t total_num_tokens;       /* host N > 0, or 0 with total_num_tokens_dev */
+  const int64_t *total_num_tokens_dev; /* in [] int64 device N > 0 (read when the graph
+                                   * runs, so one capture serves any N), or NULL */
+  int num_experts;                /* E of Cc (not necessarily the module's) */
+  int topk;                       /* K of Cc, > 0 */
+  float coeff;                    /* loss coefficient */
+  void *aux_loss;                 /* out [] probs_dtype: Cc * sum_c tpe[c] sum_r probs[r,c] */
+  float *aux_const;               /* out [] fp32 Cc = ((E*coeff)/topk)/N/N, for the
+                                   * backward, or NULL */
+  void *workspace;                /* scratch, 16-byte aligned, contents undefined in/out */
+  size_t workspace_bytes;         /* >= moegen_aux_loss_shape_of's */
+} moegen_aux_loss_fwd_args;
+
+/* fused_moe_aux_loss forward (SPEC.md 2b). Deterministic: a fixed-order
+ * reduction (per-block partials in the workspace, the last block adds them
+ * in order), the same bits on every run and device. Buffer contract: reads
+ * probs, tokens_per_expert and N; writes aux_loss and aux_const; clobbers
+ * the workspace. A memset node and one kernel on `stream`; no host sync. */
+moegen_status moegen_aux_loss_fwd(moegen_module *m, const moegen_aux_loss_fwd_args *args,
+                                  CUstream stream);
+
+/* Aux loss backward arguments (device pointers). */
+typedef struct moegen_aux_loss_bwd_args {
+  int64_t rows;                  /* R >= 0; R == 0 is a no-op */
+  int64_t cols;                  /* C > 0, <= INT32_MAX */
+  const float *aux_const;        /* in [] fp32 Cc from moegen_aux_loss_fwd */
+  const void *tokens_per_expert; /* in [C] tpe_dtype */
+  moegen_count_dtype tpe_dtype;
+  const void *grad_aux;          /* in [] grad_dtype */
+  int grad_dtype;                /* moegen_dtype: 0 fp32, 1 bf16, 2 fp16 */
+  void *grad_probs;              /* out [R, C] grad_dtype: Cc * tpe[c] * grad_aux */
+} moegen_aux_loss_bwd_args;
+
+/* Backward of moegen_aux_loss_fwd. Buffer contract: reads the inputs; writes
+ * every element of grad_probs. One kernel on `stream`; no host sync. */
+moegen_status moegen_aux_loss_bwd(moegen_module *m, const moegen_aux_loss_bwd_args *args,
+                                  CUstream stream);
+
+/* ---------------------------------------------------------------- grouped GEMM */
+
+/* Which of the module's two expert GEMMs. */
+typedef enum moegen_gemm_id {
+  MOEGEN_GEMM1 = 1, /* N = 2F, K = H: [rows, H] x [E, 2F, H]^T (gate and up projections) */
+  MOEGEN_GEMM2 = 2  /* N = H, K = F:  [rows, F] x [E, H, F]^T (down projection) */
+} moegen_gemm_id;
+
+/* Shapes and workspace of moegen_gemm_fwd for at most max_rows rows. Pure:
+ * touches no GPU, needs no driver. NOT_SUPPORTED if the module has no GEMM
+ * kernels (arch other than sm_90a, or H or F not a multiple of 8). */
+typedef struct moegen_gemm_fwd_shape {
+  int64_t x[2];           /* [max_rows, K]  bf16 */
+  int64_t w[3];           /* [E, N, K]      bf16 */
+  int64_t y[2];           /* [max_rows, N]  bf16 */
+  int64_t counts[1];      /* [E]            int32 (or offsets [E + 1] int32) */
+  size_t workspace_bytes; /* 0: no scratch */
+} moegen_gemm_fwd_shape;
+
+moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id which,
+                                       int64_t max_rows, moegen_gemm_fwd_shape *shape);
+
+/* Grouped GEMM forward arguments (device pointers, 16-byte aligned). The
+ * rows of expert e are rows [o_e, o_e + m_e) of x and y, where m_e and o_e
+ * come from exactly one of counts (o_e = sum of earlier counts) or offsets
+ * (o_e = offsets[e], m_e = offsets[e+1] - offsets[e]), read on the device
+ * when the kernel runs (so one captured graph serves any routing). */
+typedef struct moegen_gemm_fwd_args {
+  moegen_gemm_id which;   /* MOEGEN_GEMM1 or MOEGEN_GEMM2 */
+  int64_t max_rows;       /* host bound on the rows of x and y (>= sum m_e; <= INT32_MAX);
+                           * 0 is a no-op. Rows at or past it are never touched */
+  const void *x;          /* in  [max_rows, K] bf16 row-major, rows grouped by expert */
+  const void *w;          /* in  [E, N, K] bf16, K contiguous (nn.Linear weight per expert) */
+  void *y;                /* out [max_rows, N] bf16: y_e = x_e w_e^T, fp32 accumulation */
+  const int32_t *counts;  /* in  [E] int32 device: m_e >= 0 (negative counts read as 0), or NULL */
+  const int32_t *offsets; /* in  [E + 1] int32 device: nondecreasing row offsets, or NULL */
+} moegen_gemm_fwd_args;
+
+/* Grouped GEMM forward: y_e = x_e w_e^T for every expert (SPEC.md 5, no bias).
+ * Buffer contract: reads x, w and the counts/offsets; writes exactly the
+ * rows of y that belong to an expert (below max_rows); mutates nothing else
+ * (rows of y outside every expert keep their contents). One kernel on
+ * `stream` (its two TMA descriptors are encoded on the host, no GPU work);
+ * no host sync, graph-capturable. NOT_SUPPORTED as for the shape function. */
+moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *args,
+                              CUstream stream);
 
 #ifdef __cplusplus
 }

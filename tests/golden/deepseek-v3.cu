@@ -16,6 +16,7 @@
 //     dtype = "bf16",
 //     shared_experts = 1,
 //     aux_loss_coeff = 0.001,
+//     quantile_balancing = false,
 //   }
 //
 // Self-contained: compile with nvcc -cubin -gencode=arch=compute_XX,code=sm_XX
@@ -166,6 +167,8 @@ enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
 constexpr int SCORE = 0;
 constexpr bool PRE_SOFTMAX = false;
 constexpr bool HAS_BIAS = true;
+constexpr bool QB = false; // quantile balancing (SPEC 3)
+constexpr int PICKS = QB ? K + 1 : K; // selection passes: QB's (K+1)-th pick is the cutoff
 constexpr float SCALING = 2.500000000e+00f;
 constexpr float EPSILON = 1e-20f;
 typedef bf16_t logit_t;
@@ -176,6 +179,7 @@ static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0, "vector widths");
 static_assert(V <= 64, "selection mask is 64 bits");
 typedef u32 mask_t; // one bit per position of a lane
 static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
+static_assert(!QB || (SCORE == SIGMOID && HAS_BIAS && !GROUPED && K < E), "quantile balancing");
 
 // A lane's running top-2 over the experts it owns that rank after the last
 // one it gave away (lv, li). Taking the k-th winner pops the winner lane's
@@ -290,6 +294,24 @@ __device__ __forceinline__ float score_of(float x) {
   return SCORE == SIGMOID ? sigmoid(x) : sqrtf(softplus(x));
 }
 
+// Quantile balancing: hist[e, bin] += 1 for each real expert e of the lane,
+// bin = floor((cutoff - s_e - lower) * (bins / (upper - lower))) in fp32,
+// clamped to [0, bins - 1]. Explicit _rn intrinsics: no contraction, so the
+// bins are exactly those of the fp32 formula.
+__device__ __forceinline__ void qb_accumulate(int *hist, const float *bounds, int bins, float cutoff,
+                                              const float (&s)[V], int base) {
+  const float lo = __ldg(bounds), hi = __ldg(bounds + 1);
+  const float scale = __fdiv_rn((float)bins, __fsub_rn(hi, lo));
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    if (base + i < E) {
+      const float f = floorf(__fmul_rn(__fsub_rn(__fsub_rn(cutoff, s[i]), lo), scale));
+      const int bin = f < 0.f ? 0 : f >= (float)(bins - 1) ? bins - 1 : (int)f;
+      atomicAdd(hist + (long long)(base + i) * bins + bin, 1);
+    }
+  }
+}
+
 // Kernel arguments, passed by value as one struct.
 struct Outputs {
   const logit_t *logits;
@@ -301,6 +323,9 @@ struct Outputs {
   float *weights;
   float *inter;
   int *counts;
+  int *qb_hist;           // [E, qb_bins] accumulated in place
+  const float *qb_bounds; // [2] lower, upper
+  float *qb_cutoff;       // [T]
 };
 } // namespace router
 
@@ -309,9 +334,10 @@ struct Outputs {
 // logits [T,E]  bias [E] fp32  probs [T,E]  map [T,E] u8  bitmap [T,NBYTES] u8
 // idx [T,K] (index_dtype 0 int32, 1 int16, 2 int64)  weights [T,K] f32
 // inter [T,E] f32  counts [E] i32 (zeroed by the host before the launch).
-// Any output may be null.
+// QB modules: qb_hist [E, qb_bins] i32 (+= one count per (token, expert))
+// qb_bounds [2] f32  qb_cutoff [T] f32. Any output may be null.
 extern "C" __global__ void __launch_bounds__(router::THREADS, router::MIN_BLOCKS)
-moegen_router_fwd(router::Outputs o, int T, int index_dtype) {
+moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   using namespace router;
   extern __shared__ int hist[];
   const bool want_counts = o.counts != nullptr;
@@ -423,9 +449,14 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype) {
     u32 bits[NB]; // bitmap bytes of this lane, filled from the broadcast winners
 #pragma unroll
     for (int j = 0; j < NB; j++) bits[j] = 0;
+    float cutoff = 0.f; // QB: the (K+1)-th routing value; the K routes are the picks before it
 #pragma unroll 1
-    for (int k = 0; k < K; k++) {
+    for (int k = 0; k < PICKS; k++) {
       select_one<L>(c, r, base, lane, wv, we, mine, pos);
+      if (QB && k == K) { // ties at the cutoff rank by id, so this pick is the largest-id tie
+        cutoff = wv;
+        break;
+      }
       if (mine) sel |= (mask_t)1 << pos;
       if (mine && live && want_counts && we < E) atomicAdd(&hist[we], 1);
       if constexpr (SCORE == SOFTMAX && !PRE_SOFTMAX) {
@@ -478,6 +509,10 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype) {
         }
         if (k < K && o.weights) o.weights[t * K + k] = SCALING * prob(my_w[j]);
       }
+    }
+    if constexpr (QB) {
+      if (o.qb_cutoff && tl == 0) o.qb_cutoff[t] = cutoff;
+      if (o.qb_hist && owned) qb_accumulate(o.qb_hist, o.qb_bounds, qb_bins, cutoff, s, base);
     }
     if (o.bitmap) {
 #pragma unroll
@@ -540,3 +575,884 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype) {
       if (hist[e]) atomicAdd(&o.counts[e], hist[e]);
   }
 }
+// ---------------------------------------------------------------- router backward
+// Router backward (SPEC.md section 1, Backward), specialized for:
+//   E = 256, K = 8, score = sigmoid, scaling = 2.5
+//   grads bf16; 32 lanes per token, 8 experts per lane
+// One streaming pass: each lane reads its slice of a token's grad,
+// intermediate and routing once into registers, the token's sums are
+// butterflies over its lanes, and grad_logits is written once. The routing
+// (bytemap, bitmap or indices) first becomes one per-lane selection mask, so
+// every format runs the same arithmetic and gives bit-identical results.
+// The aux-loss score kernels (aux_loss.cu.lt, rendered after this file) use
+// the same row layout and gradient math.
+namespace rbwd {
+constexpr int E = 256;          // experts
+constexpr int K = 8;          // selected per token
+constexpr int L = 32;          // lanes per token (power of two)
+constexpr int V = 8;          // experts per lane (whole bitmap bytes)
+constexpr int GVEC = 8;       // logits-dtype elements per access
+constexpr int FVEC = 4;       // fp32 elements per access
+constexpr int MVEC = 8;       // bytemap bytes per access
+constexpr int THREADS = 256;
+constexpr int TOKENS_PER_BLOCK = 8;
+constexpr int NBYTES = (E + 7) / 8;             // bitmap bytes per token
+enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
+constexpr int SCORE = 0;
+constexpr bool PRE_SOFTMAX = false;
+constexpr float SCALING = 2.500000000e+00f;
+constexpr float EPSILON = 1e-20f;
+typedef bf16_t logit_t;
+typedef u32 mask_t; // one bit per expert of a lane
+
+static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
+static_assert(V % 8 == 0 && V <= 64 && L * V >= E, "experts per lane");
+static_assert(V % GVEC == 0 && E % GVEC == 0 && V % FVEC == 0 && E % FVEC == 0 &&
+                  V % MVEC == 0 && E % MVEC == 0, "vector widths");
+static_assert(TOKENS_PER_BLOCK * L == THREADS && THREADS % 32 == 0, "block shape");
+static_assert(K >= 1 && K <= E, "top-k");
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+// Bits of the lane's positions that are real experts (base + i < E).
+__device__ __forceinline__ mask_t valid_bits(int base) {
+  const int n = E - base;
+  return n <= 0 ? (mask_t)0 : n >= V ? ~(mask_t)0 : (((mask_t)1 << n) - 1);
+}
+
+// V elements of a row from position base, as fp32; 0 past E.
+template <typename T, int W>
+__device__ __forceinline__ void load_row(const T *row, int base, float (&v)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; i += W) {
+    T tmp[W];
+    if (base + i < E) {
+      load_vec<T, W>(row + base + i, tmp);
+#pragma unroll
+      for (int j = 0; j < W; j++) v[i + j] = to_f32(tmp[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; j++) v[i + j] = 0.f;
+    }
+  }
+}
+
+// Writes the lane's V elements (those below E) of a row.
+template <typename T, int W>
+__device__ __forceinline__ void store_row(T *row, int base, const float (&v)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; i += W) {
+    if (base + i < E) {
+      T tmp[W];
+#pragma unroll
+      for (int j = 0; j < W; j++) tmp[j] = from_f32<T>(v[i + j]);
+      store_vec<T, W>(row + base + i, tmp);
+    }
+  }
+}
+
+// Selection mask of the lane from a bytemap row (nonzero = selected).
+__device__ __forceinline__ mask_t mask_of_bytemap(const u8 *row, int base) {
+  mask_t m = 0;
+#pragma unroll
+  for (int i = 0; i < V; i += MVEC) {
+    if (base + i < E) {
+      u8 b[MVEC];
+      load_vec<u8, MVEC>(row + base + i, b);
+#pragma unroll
+      for (int j = 0; j < MVEC; j++) m |= (mask_t)(b[j] != 0) << (i + j);
+    }
+  }
+  return m;
+}
+
+// ... from a bitmap row (bit e%8 of byte e/8, LSB-first); bits past E ignored.
+__device__ __forceinline__ mask_t mask_of_bitmap(const u8 *row, int base) {
+  mask_t m = 0;
+#pragma unroll
+  for (int j = 0; j < V / 8; j++)
+    if (base / 8 + j < NBYTES) m |= (mask_t)row[base / 8 + j] << (8 * j);
+  return m & valid_bits(base);
+}
+
+// ... from the K expert ids of a token (ids outside [0, E) select nothing).
+// With w (the compact [K] grads aligned with the ids), g[i] becomes the
+// grad of the id at position i, 0 where none is.
+template <typename I>
+__device__ __forceinline__ mask_t mask_of_indices(const I *row, int base, const float *w,
+                                                  float (&g)[V]) {
+  mask_t m = 0;
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const long long e = (long long)row[k];
+    const bool mine = e >= base && e < base + V && e < E;
+    const int pos = mine ? (int)(e - base) : V;
+    if (mine) m |= (mask_t)1 << pos;
+    if (w) {
+      const float wk = w[k];
+#pragma unroll
+      for (int i = 0; i < V; i++) g[i] = pos == i ? wk : g[i];
+    }
+  }
+  return m;
+}
+
+// Turns g, one token's slice of grads (already times the scaling factor),
+// into dx, the grad of the logits, in place (fewer live registers), from
+// the saved state y and selection mask m; sums run over the token's L
+// lanes, so every lane of the warp must call it.
+// SC: score function; PRE: softmax over all E (y = that softmax); NORM: the
+// K > 1 normalization of sigmoid/sqrtsoftplus (SPEC section 1 formulas).
+template <int SC, bool PRE, bool NORM>
+__device__ __forceinline__ void grad_to_dx(float (&g)[V], const float (&y)[V], mask_t m) {
+  if constexpr (SC == SOFTMAX) {
+    float d = 0.f; // D = sum over selected of g*y
+#pragma unroll
+    for (int i = 0; i < V; i++) d += (m >> i) & 1 ? g[i] * y[i] : 0.f;
+    d = seg_sum<L>(d);
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const bool on = (m >> i) & 1;
+      if constexpr (PRE) g[i] = y[i] * ((on ? g[i] : 0.f) - d);
+      else g[i] = on ? y[i] * (g[i] - d) : 0.f; // y is -inf where unselected
+    }
+  } else {
+    float s[V]; // the unbiased score: stored (sigmoid) or recomputed from x
+#pragma unroll
+    for (int i = 0; i < V; i++) s[i] = SC == SIGMOID ? y[i] : sqrtf(softplus(y[i]));
+    float inv = 1.f, c = 0.f; // g' = g*inv - c on selected experts
+    if constexpr (NORM) {
+      float sum = 0.f, dot = 0.f; // S = sum of selected s, P = sum of selected g*s
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        const bool on = (m >> i) & 1;
+        sum += on ? s[i] : 0.f;
+        dot += on ? g[i] * s[i] : 0.f;
+      }
+      sum = seg_sum<L>(sum);
+      dot = seg_sum<L>(dot);
+      inv = 1.f / (sum + EPSILON);
+      c = dot * inv * inv;
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const float gn = (m >> i) & 1 ? (NORM ? g[i] * inv - c : g[i]) : 0.f;
+      if constexpr (SC == SIGMOID) g[i] = gn * (s[i] * (1.f - s[i]));
+      else g[i] = gn * (y[i] > 20.f ? 1.f : sigmoid(y[i])) / (2.f * s[i] + EPSILON);
+    }
+  }
+}
+
+// Kernel arguments, passed by value as one struct; must match
+// router_bwd_params in runtime/ops_router_bwd.c.
+struct BwdArgs {
+  const logit_t *grad;  // [T,E] dense grad of probs, or null (then grad_w)
+  const float *grad_w;  // [T,K] grad of topk_weights aligned with idx, or null
+  const float *inter;   // [T,E] fp32 saved by the forward
+  const u8 *map;        // [T,E] bytemap, or null
+  const u8 *bitmap;     // [T,NBYTES] bitmap, or null
+  const void *idx;      // [T,K] expert ids (index_dtype), or null
+  logit_t *out;         // [T,E] grad of the logits
+};
+
+// The lane's selection mask (and compact grads) from whichever routing is given.
+__device__ __forceinline__ mask_t routing_mask(const BwdArgs &a, long long t, int base,
+                                               int index_dtype, float (&g)[V]) {
+  if (a.map) return mask_of_bytemap(a.map + t * E, base);
+  if (a.bitmap) return mask_of_bitmap(a.bitmap + t * NBYTES, base);
+  const float *w = a.grad_w ? a.grad_w + t * K : nullptr;
+  if (index_dtype == 1) return mask_of_indices((const short *)a.idx + t * K, base, w, g);
+  if (index_dtype == 2) return mask_of_indices((const long long *)a.idx + t * K, base, w, g);
+  return mask_of_indices((const int *)a.idx + t * K, base, w, g);
+}
+} // namespace rbwd
+
+// Grid: ceil(T / TOKENS_PER_BLOCK) blocks of THREADS, no shared memory.
+// Exactly one of map / bitmap / idx is non-null; grad_w needs idx.
+// index_dtype: 0 int32, 1 int16, 2 int64.
+extern "C" __global__ void __launch_bounds__(rbwd::THREADS)
+moegen_router_bwd(rbwd::BwdArgs a, int T, int index_dtype) {
+  using namespace rbwd;
+  const long long t = (long long)blockIdx.x * TOKENS_PER_BLOCK + threadIdx.x / L;
+  const int base = (threadIdx.x & (L - 1)) * V;
+  const bool owned = t < T && base < E; // lane holds real experts of a real token
+  float g[V], y[V];
+  mask_t m = 0;
+#pragma unroll
+  for (int i = 0; i < V; i++) g[i] = y[i] = 0.f;
+  if (owned) {
+    load_row<float, FVEC>(a.inter + t * E, base, y);
+    if (a.grad) load_row<logit_t, GVEC>(a.grad + t * E, base, g);
+    m = routing_mask(a, t, base, index_dtype, g);
+  }
+#pragma unroll
+  for (int i = 0; i < V; i++) g[i] *= SCALING;
+  grad_to_dx<SCORE, PRE_SOFTMAX, (K > 1)>(g, y, m);
+  if (owned) store_row<logit_t, GVEC>(a.out + t * E, base, g);
+}
+// ---------------------------------------------------------------- aux loss
+// Aux-loss helpers (SPEC.md section 2):
+//  - scores (2a): softmax / normalized sigmoid / normalized sqrtsoftplus over
+//    all E = 256 experts (score = sigmoid), the top-K = 8 routing map, and
+//    their backward; the row layout and gradient math of router_bwd.cu.lt
+//    (rbwd::, rendered just before this file): 32 lanes per token, 8 experts per lane;
+//  - loss (2b): aux = Cc * sum_{r,c} probs[r,c] * tpe[c] with a fixed-order
+//    (deterministic) reduction, and its backward.
+namespace aux {
+constexpr int LOSS_THREADS = 256;
+constexpr int LOSS_UNROLL = 8;       // loads in flight per thread
+constexpr int LOSS_MAX_BLOCKS = 1024; // partial sums, one per block
+constexpr int LOSS_WARPS = LOSS_THREADS / 32;
+static_assert(rbwd::L == 32 && rbwd::V == 8, "aux scores share the router backward layout");
+static_assert(LOSS_THREADS % 32 == 0 && LOSS_THREADS <= 1024 && LOSS_WARPS <= 32, "loss block");
+static_assert(LOSS_UNROLL >= 1 && LOSS_MAX_BLOCKS >= 1, "loss grid");
+
+// Kernel arguments of the score kernels; must match aux_scores_params in runtime/ops_aux.c.
+struct ScoresArgs {
+  const rbwd::logit_t *logits; // [T,E]
+  float *scores;               // [T,E] fp32 (fwd)
+  u8 *map;                     // [T,E] bytemap (fwd), or null
+  u8 *bitmap;                  // [T,NBYTES] bitmap (fwd), or null
+  float *inter;                // [T,E] fp32 saved state (fwd writes, bwd reads)
+  const float *grad;           // [T,E] fp32 grad of scores (bwd)
+  rbwd::logit_t *grad_logits;  // [T,E] (bwd)
+};
+
+// A count of tokens_per_expert as fp32.
+template <typename C> __device__ __forceinline__ float count_f32(C c) { return (float)c; }
+template <> __device__ __forceinline__ float count_f32<bf16_t>(bf16_t c) { return to_f32(c); }
+
+// Sum over the block, the same order every run; the result is in thread 0.
+__device__ __forceinline__ float block_sum(float v, float *smem) {
+  v = seg_sum<32>(v);
+  if ((threadIdx.x & 31) == 0) smem[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = threadIdx.x < LOSS_WARPS ? smem[threadIdx.x] : 0.f;
+  if (threadIdx.x < 32) v = seg_sum<32>(v);
+  __syncthreads();
+  return v;
+}
+
+// This thread's share of sum probs[i] * tpe[i % C] over i < n: the elements
+// i = first + j * stride, accumulated in j order. The column is carried
+// incrementally (no 64-bit division per element).
+template <typename P, typename C>
+__device__ __forceinline__ float loss_partial(const P *probs, const C *tpe, long long n, int cols) {
+  const long long stride = (long long)gridDim.x * LOSS_THREADS;
+  const long long first = (long long)blockIdx.x * LOSS_THREADS + threadIdx.x;
+  const int step = (int)(stride % cols);
+  int col = (int)(first % cols);
+  float acc = 0.f;
+  for (long long i0 = first; i0 < n; i0 += LOSS_UNROLL * stride) {
+    float p[LOSS_UNROLL], q[LOSS_UNROLL];
+#pragma unroll
+    for (int u = 0; u < LOSS_UNROLL; u++) {
+      const long long i = i0 + u * stride;
+      p[u] = i < n ? to_f32(probs[i]) : 0.f;
+      q[u] = i < n ? count_f32(tpe[col]) : 0.f;
+      col += step;
+      col -= col >= cols ? cols : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < LOSS_UNROLL; u++) acc += p[u] * q[u];
+  }
+  return acc;
+}
+
+template <typename P>
+__device__ __forceinline__ float loss_partial_of(const P *probs, const void *tpe, int tpe_dtype,
+                                                 long long n, int cols) {
+  switch (tpe_dtype) {
+    case 1: return loss_partial(probs, (const long long *)tpe, n, cols);
+    case 2: return loss_partial(probs, (const float *)tpe, n, cols);
+    case 3: return loss_partial(probs, (const bf16_t *)tpe, n, cols);
+    case 4: return loss_partial(probs, (const short *)tpe, n, cols);
+    default: return loss_partial(probs, (const int *)tpe, n, cols);
+  }
+}
+
+// Cc = ((E * coeff) / topk) / N / N in fp32; e_coeff_k = (E * coeff) / topk.
+__device__ __forceinline__ float loss_const(float e_coeff_k, long long N) {
+  const float n = (float)N;
+  return e_coeff_k / n / n;
+}
+
+// out[i] = (Cc * tpe[i % C]) * grad_aux over i < n, grid-stride.
+template <typename G, typename C>
+__device__ __forceinline__ void loss_grad(G *out, const C *tpe, float cc, float g, long long n,
+                                          int cols) {
+  const long long stride = (long long)gridDim.x * LOSS_THREADS;
+  const long long first = (long long)blockIdx.x * LOSS_THREADS + threadIdx.x;
+  const int step = (int)(stride % cols);
+  int col = (int)(first % cols);
+  for (long long i = first; i < n; i += stride) {
+    out[i] = from_f32<G>(cc * count_f32(tpe[col]) * g);
+    col += step;
+    col -= col >= cols ? cols : 0;
+  }
+}
+
+template <typename G>
+__device__ __forceinline__ void loss_grad_of(G *out, const void *tpe, int tpe_dtype, float cc,
+                                             const void *grad_aux, long long n, int cols) {
+  const float g = to_f32(*(const G *)grad_aux);
+  switch (tpe_dtype) {
+    case 1: loss_grad(out, (const long long *)tpe, cc, g, n, cols); break;
+    case 2: loss_grad(out, (const float *)tpe, cc, g, n, cols); break;
+    case 3: loss_grad(out, (const bf16_t *)tpe, cc, g, n, cols); break;
+    case 4: loss_grad(out, (const short *)tpe, cc, g, n, cols); break;
+    default: loss_grad(out, (const int *)tpe, cc, g, n, cols); break;
+  }
+}
+
+// Kernel arguments of the loss kernels; must match aux_loss_params in runtime/ops_aux.c.
+// Dtypes: probs / aux / grads 0 fp32, 1 bf16, 2 fp16; tpe 0 int32, 1 int64,
+// 2 fp32, 3 bf16, 4 int16.
+struct LossArgs {
+  const void *probs;       // [R,C] (fwd)
+  const void *tpe;         // [C]
+  const long long *n_dev;  // [] N on the device, or null (then n_host)
+  long long n_host;        // N > 0 when n_dev is null
+  float e_coeff_k;         // (E * coeff) / topk, fp32 on the host
+  void *aux;               // [] probs dtype (fwd)
+  float *cc;               // [] fp32 Cc (fwd writes if non-null; bwd reads)
+  unsigned *counter;       // [] workspace: blocks done, zeroed before the launch
+  float *partials;         // [gridDim.x] workspace
+  const void *grad_aux;    // [] grad dtype (bwd)
+  void *grad_probs;        // [R,C] grad dtype (bwd)
+  long long n;             // R * C
+  int cols;                // C
+  int probs_dtype;         // fwd: of probs and aux; bwd: of grad_aux and grad_probs
+  int tpe_dtype;
+};
+} // namespace aux
+
+// Grid: ceil(T / TOKENS_PER_BLOCK) blocks of rbwd::THREADS. Writes scores,
+// inter and whichever of map / bitmap is non-null.
+extern "C" __global__ void __launch_bounds__(rbwd::THREADS)
+moegen_aux_scores_fwd(aux::ScoresArgs a, int T) {
+  using namespace rbwd;
+  const long long t = (long long)blockIdx.x * TOKENS_PER_BLOCK + threadIdx.x / L;
+  const int base = (threadIdx.x & (L - 1)) * V;
+  const bool owned = t < T && base < E;
+  const mask_t valid = owned ? valid_bits(base) : 0;
+  float x[V], sc[V], in[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) x[i] = 0.f;
+  if (owned) load_row<logit_t, GVEC>(a.logits + t * E, base, x);
+  if constexpr (SCORE == SOFTMAX) {
+    float mx = -MOEGEN_INF;
+#pragma unroll
+    for (int i = 0; i < V; i++) mx = (valid >> i) & 1 ? fmaxf(mx, x[i]) : mx;
+    mx = seg_max<L>(mx);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      sc[i] = (valid >> i) & 1 ? expf(x[i] - mx) : 0.f;
+      sum += sc[i];
+    }
+    const float inv = 1.f / seg_sum<L>(sum);
+#pragma unroll
+    for (int i = 0; i < V; i++) in[i] = sc[i] *= inv;
+  } else {
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const float s = SCORE == SIGMOID ? sigmoid(x[i]) : sqrtf(softplus(x[i]));
+      in[i] = SCORE == SIGMOID ? s : x[i];
+      sc[i] = (valid >> i) & 1 ? s : 0.f;
+      sum += sc[i];
+    }
+    const float d = seg_sum<L>(sum) + EPSILON;
+#pragma unroll
+    for (int i = 0; i < V; i++) sc[i] = sc[i] / d;
+  }
+  // top-K of the scores: K rounds of a segment argmax over (value, id) keys
+  mask_t sel = 0;
+#pragma unroll 1
+  for (int k = 0; k < K; k++) {
+    u64 best = 0; // below every real key
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      const u64 key = ((valid & ~sel) >> i) & 1 ? rank_key(sc[i], base + i) : 0;
+      best = key > best ? key : best;
+    }
+    const u64 win = seg_argmax<L>(best);
+    const int pos = rank_key_id(win) - base;
+    if (win != 0 && pos >= 0 && pos < V) sel |= (mask_t)1 << pos;
+  }
+  if (!owned) return;
+  store_row<float, FVEC>(a.scores + t * E, base, sc);
+  store_row<float, FVEC>(a.inter + t * E, base, in);
+  if (a.map) {
+#pragma unroll
+    for (int i = 0; i < V; i += MVEC) {
+      if (base + i < E) {
+        u8 v[MVEC];
+#pragma unroll
+        for (int j = 0; j < MVEC; j++) v[j] = (sel >> (i + j)) & 1;
+        store_vec<u8, MVEC>(a.map + t * E + base + i, v);
+      }
+    }
+  }
+  if (a.bitmap) {
+#pragma unroll
+    for (int j = 0; j < V / 8; j++)
+      if (base / 8 + j < NBYTES) a.bitmap[t * NBYTES + base / 8 + j] = (u8)(sel >> (8 * j));
+  }
+}
+
+// Grid as moegen_aux_scores_fwd. grad [T,E] fp32 -> grad_logits [T,E]; no
+// routing mask: every expert takes part (SPEC 2a backward).
+extern "C" __global__ void __launch_bounds__(rbwd::THREADS)
+moegen_aux_scores_bwd(aux::ScoresArgs a, int T) {
+  using namespace rbwd;
+  const long long t = (long long)blockIdx.x * TOKENS_PER_BLOCK + threadIdx.x / L;
+  const int base = (threadIdx.x & (L - 1)) * V;
+  const bool owned = t < T && base < E;
+  float g[V], y[V];
+#pragma unroll
+  for (int i = 0; i < V; i++) g[i] = y[i] = 0.f;
+  if (owned) {
+    load_row<float, FVEC>(a.inter + t * E, base, y);
+    load_row<float, FVEC>(a.grad + t * E, base, g);
+  }
+  grad_to_dx<SCORE, true, true>(g, y, owned ? valid_bits(base) : 0);
+  if (owned) store_row<logit_t, GVEC>(a.grad_logits + t * E, base, g);
+}
+
+// Grid: at most LOSS_MAX_BLOCKS blocks of LOSS_THREADS, a function of n only,
+// so the sum's order is the same on every device. Each block writes its
+// partial; the last block to finish adds the partials in index order and
+// writes aux (and Cc). Integer atomics only (the done-counter).
+extern "C" __global__ void __launch_bounds__(aux::LOSS_THREADS)
+moegen_aux_loss_fwd(aux::LossArgs a) {
+  using namespace aux;
+  __shared__ float smem[LOSS_WARPS];
+  __shared__ bool last;
+  float part;
+  if (a.probs_dtype == 1) part = loss_partial_of((const bf16_t *)a.probs, a.tpe, a.tpe_dtype, a.n, a.cols);
+  else if (a.probs_dtype == 2) part = loss_partial_of((const fp16_t *)a.probs, a.tpe, a.tpe_dtype, a.n, a.cols);
+  else part = loss_partial_of((const float *)a.probs, a.tpe, a.tpe_dtype, a.n, a.cols);
+  part = block_sum(part, smem);
+  if (threadIdx.x == 0) {
+    a.partials[blockIdx.x] = part;
+    __threadfence();
+    last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float sum = 0.f;
+  for (int b = threadIdx.x; b < (int)gridDim.x; b += LOSS_THREADS)
+    sum += ((volatile const float *)a.partials)[b]; // written by other blocks
+  sum = block_sum(sum, smem);
+  if (threadIdx.x == 0) {
+    const float cc = loss_const(a.e_coeff_k, a.n_dev ? *a.n_dev : a.n_host);
+    const float v = cc * sum;
+    if (a.probs_dtype == 1) *(bf16_t *)a.aux = from_f32<bf16_t>(v);
+    else if (a.probs_dtype == 2) *(fp16_t *)a.aux = from_f32<fp16_t>(v);
+    else *(float *)a.aux = v;
+    if (a.cc) *a.cc = cc;
+  }
+}
+
+// Grid-stride over [R,C]: grad_probs[r,c] = Cc * tpe[c] * grad_aux.
+extern "C" __global__ void __launch_bounds__(aux::LOSS_THREADS)
+moegen_aux_loss_bwd(aux::LossArgs a) {
+  using namespace aux;
+  const float cc = *a.cc;
+  if (a.probs_dtype == 1)
+    loss_grad_of((bf16_t *)a.grad_probs, a.tpe, a.tpe_dtype, cc, a.grad_aux, a.n, a.cols);
+  else if (a.probs_dtype == 2)
+    loss_grad_of((fp16_t *)a.grad_probs, a.tpe, a.tpe_dtype, cc, a.grad_aux, a.n, a.cols);
+  else loss_grad_of((float *)a.grad_probs, a.tpe, a.tpe_dtype, cc, a.grad_aux, a.n, a.cols);
+}
+// moegen prelude for sm_90a: PTX wrappers for the Hopper asynchronous
+// machinery (mbarrier, TMA, wgmma, setmaxnreg, fences). Only kernels rendered
+// for opt.arch == "sm_90a" include it; no toolkit headers.
+#ifndef MOEGEN_PRELUDE_SM90
+#define MOEGEN_PRELUDE_SM90
+
+// A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte aligned,
+// passed by value as a __grid_constant__ parameter (TMA reads it in place).
+struct __align__(64) tensor_map_t { u64 opaque[16]; };
+
+// Shared-window address of a generic pointer to shared memory.
+__device__ __forceinline__ u32 smem_addr(const void *p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// ---------------------------------------------------------------- mbarrier
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes initialized barriers visible to the async proxy (TMA) and the CTA.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Arrives and sets the bytes the current phase waits for (TMA completes them).
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Spins until the phase with the given parity has completed. A fresh barrier
+// is in phase 0, so waiting for parity 1 returns at once.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+
+// ---------------------------------------------------------------- TMA
+__device__ __forceinline__ void tma_prefetch_map(const tensor_map_t *map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+// Box at coordinates (c0 innermost, c1) of a 2-D map into shared memory;
+// completes `bar`'s transaction bytes. Out-of-bounds elements read as zero.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const tensor_map_t *map, u32 bar, int c0,
+                                            int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+               "l"(map), "r"(bar), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(u32 dst, const tensor_map_t *map, u32 bar, int c0,
+                                            int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+               "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+
+// ---------------------------------------------------------------- wgmma
+// Shared-memory matrix descriptor of a K-major operand tile written by TMA
+// with the 128-byte swizzle: rows of 128 bytes (64 bf16 of K), 8-row core
+// groups 1024 bytes apart (stride byte offset), leading byte offset unused
+// (16), layout type 1 = 128B swizzle. The tile must be 1024-byte aligned;
+// stepping K by 16 elements adds 32 bytes (2 in the >> 4 address field).
+__device__ __forceinline__ u64 wgmma_desc_sw128(u32 addr) {
+  return (u64)((addr & 0x3ffff) >> 4) | ((u64)(16 >> 4) << 16) | ((u64)(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+// Orders register accesses before the next wgmma.mma_async of the warpgroup.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+// Waits until at most N committed wgmma groups of this thread are pending.
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// ---------------------------------------------------------------- registers
+// Moves registers between warpgroups (all threads of a warpgroup execute it).
+template <int R> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
+
+// Two floats as packed bf16 (lo at the lower address).
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+#endif // MOEGEN_PRELUDE_SM90
+// ---------------------------------------------------------------- grouped GEMM forward (sm_90a)
+// Y_e = X_e W_e^T for every expert e (SPEC.md 5): X [rows, K] bf16 row-major,
+// rows grouped by expert; W [E, N, K] bf16 (nn.Linear layout); Y [rows, N]
+// bf16; fp32 accumulation. Per-expert row counts (or offsets) are read from
+// device memory, so the host never syncs. Plan (templates/plan.lua):
+//   gemm1: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
+//   gemm2: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
+// A persistent CTA per SM walks the global tile index space (experts in
+// order; per expert N tiles, each of ceil(m_e / BM) M tiles, M fastest);
+// warpgroup 0 is the TMA producer, warpgroups 1 and 2 the wgmma consumers
+// of rows 0-63 and 64-127 of a tile.
+namespace ggemm {
+constexpr int E = 256;   // experts
+constexpr int BM = 128;  // tile rows (two consumers of 64)
+constexpr int BK = 64;   // tile depth: 64 bf16 = one 128-byte swizzle row
+constexpr int THREADS = 384;
+constexpr int CONSUMER_ROWS = 64;  // rows of one wgmma (m64)
+constexpr int PRODUCER_REGS = 40;  // setmaxnreg: 128 * 40 + 256 * 232 = 64512 registers
+constexpr int CONSUMER_REGS = 232;
+constexpr int RELEASES = 8;        // arrivals that free a stage: each consumer warp's lane 0
+constexpr int SCAN_WARPS = THREADS / 32;
+// Shared memory: tile starts ts[E + 1], row starts rs[E + 1], scan scratch,
+// then the barriers, then the 1024-aligned stages (plan.lua gemm_smem).
+constexpr int TABLE_BYTES = (8 * (E + 1) + 4 * 32 + 15) / 16 * 16;
+static_assert(BM == 2 * CONSUMER_ROWS && BK == 64, "tile shape");
+static_assert(THREADS == 3 * 128 && SCAN_WARPS <= 16, "one producer + two consumer warpgroups");
+static_assert(E >= 1 && E <= 2048, "experts");
+
+// The shape-specific wgmma: D[64, BN] (+)= A[64, 16] B[BN, 16]^T, both
+// operands K-major in shared memory (descriptors), D fp32 in registers
+// (thread t of the warpgroup holds rows 16*(t/32) + (t%32)/4 + {0, 8},
+// columns 8*j + 2*(t%4) + {0, 1} as d[4j + {0, 1}] and d[4j + {2, 3}]).
+// scale_d = 0 overwrites D. Rendered per tile width: PTX takes every
+// accumulator as its own operand.
+template <int BN> struct Wgmma;
+template <> struct Wgmma<256> {
+  static constexpr int REGS = 128;
+  __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, "
+        "%88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, "
+        "%104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0; }\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        , "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        , "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+        , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        , "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+        , "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        , "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+        , "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        , "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
+        , "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+        , "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
+        , "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b), "r"(scale_d));
+  }
+};
+
+// One tile of the index space.
+struct Tile {
+  int e;    // expert
+  int row0; // first row of expert e in X and Y
+  int rows; // m_e
+  int m0;   // first row of the tile within the expert
+  int n0;   // first column
+};
+
+// Tile t of the space whose expert e spans tiles [ts[e] * NT, ts[e+1] * NT).
+template <int NT, int BN>
+__device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
+  const int q = t / NT; // M-tile index over all experts
+  int lo = 0, hi = E - 1; // last e with ts[e] <= q: the one with tiles (ts[e+1] > q)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (ts[mid] <= q) lo = mid;
+    else hi = mid - 1;
+  }
+  const int mt = ts[lo + 1] - ts[lo], local = t - ts[lo] * NT;
+  const int n = local / mt;
+  Tile tl;
+  tl.e = lo;
+  tl.row0 = rs[lo];
+  tl.rows = rs[lo + 1] - rs[lo];
+  tl.m0 = (local - n * mt) * BM;
+  tl.n0 = n * BN;
+  return tl;
+}
+
+// rs[0..E] (row starts: offsets as given, else the exclusive prefix of the
+// counts) and ts[0..E] (exclusive prefix of ceil(m_e / BM)), all threads.
+__device__ __forceinline__ void build_tables(const int *counts, const int *offsets, int *ts, int *rs,
+                                             int *scratch) {
+  constexpr int PER = (E + THREADS - 1) / THREADS;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, e0 = tid * PER;
+  int m[PER], rows = 0, tiles = 0;
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    const int e = e0 + i;
+    int v = 0;
+    if (e < E) v = offsets ? offsets[e + 1] - offsets[e] : counts[e];
+    m[i] = v > 0 ? v : 0;
+    rows += m[i];
+    tiles += (m[i] + BM - 1) / BM;
+  }
+  int rin = rows, tin = tiles; // inclusive warp scans
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int r = __shfl_up_sync(MOEGEN_FULL_MASK, rin, o), t = __shfl_up_sync(MOEGEN_FULL_MASK, tin, o);
+    if (lane >= o) rin += r, tin += t;
+  }
+  if (lane == 31) scratch[warp] = rin, scratch[16 + warp] = tin;
+  __syncthreads();
+  int rbase = rin - rows, tbase = tin - tiles;
+  for (int w = 0; w < warp; w++) rbase += scratch[w], tbase += scratch[16 + w];
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    const int e = e0 + i;
+    if (e < E) {
+      ts[e] = tbase;
+      rs[e] = offsets ? offsets[e] : rbase;
+    }
+    rbase += m[i];
+    tbase += (m[i] + BM - 1) / BM;
+  }
+  if (tid == THREADS - 1) { // its bases are now the totals
+    ts[E] = tbase;
+    rs[E] = offsets ? offsets[E] : rbase;
+  }
+}
+
+// The kernel body for one (N, K) specialization.
+template <int N, int K, int BN, int STAGES, int SMEM_BYTES>
+__device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tensor_map_t *mw,
+                                             bf16_t *y, const int *counts, const int *offsets,
+                                             int max_rows, u8 *smem) {
+  constexpr int KT = (K + BK - 1) / BK; // k steps (TMA zero-fills the tail)
+  constexpr int NT = (N + BN - 1) / BN; // N tiles per expert
+  constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+  constexpr int BAR_BYTES = 16 * STAGES;
+  static_assert(BN % 64 == 0 && BN <= 256, "wgmma N, TMA box <= 256 rows");
+  static_assert(N % 8 == 0 && K % 8 == 0, "16-byte rows (TMA strides, paired stores)");
+  static_assert(SMEM_BYTES == TABLE_BYTES + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES),
+                "plan.lua gemm_smem");
+  static_assert(SMEM_BYTES <= 232448, "opt-in shared memory");
+  int *ts = reinterpret_cast<int *>(smem), *rs = ts + (E + 1), *scratch = rs + (E + 1);
+  const u32 bars = smem_addr(smem) + TABLE_BYTES; // full[STAGES], then empty[STAGES]
+  const u32 tiles = (bars + BAR_BYTES + 1023) & ~1023u;
+  const u32 sa = tiles, sb = tiles + STAGES * A_BYTES;
+  const int tid = threadIdx.x;
+
+  build_tables(counts, offsets, ts, rs, scratch);
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (STAGES + s), RELEASES);
+    }
+    mbar_init_fence();
+    tma_prefetch_map(mx);
+    tma_prefetch_map(mw);
+  }
+  __syncthreads();
+  const int total = ts[E] * NT;
+  const int wg = tid / 128;
+
+  if (wg == 0) { // ---------------- producer: one thread issues every load
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (tid != 0) return;
+    int s = 0;
+    u32 ph = 0;
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      const Tile tl = decode<NT, BN>(t, ts, rs);
+      const int xrow = tl.row0 + tl.m0; // rows past the expert belong to the next one: loaded, not stored
+      for (int kb = 0; kb < KT; kb++) {
+        const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
+        mbar_wait(empty, ph ^ 1);
+        mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
+        tma_load_2d(sa + s * A_BYTES, mx, full, kb * BK, xrow);
+        tma_load_3d(sb + s * B_BYTES, mw, full, kb * BK, tl.n0, tl.e);
+        if (++s == STAGES) s = 0, ph ^= 1;
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers: rows c*64 .. c*64+63 of each tile
+  setmaxnreg_inc<CONSUMER_REGS>();
+  const int c = wg - 1, lane = tid % 32, warp = (tid % 128) / 32;
+  float acc[BN / 2];
+  int s = 0;
+  u32 ph = 0;
+  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    const Tile tl = decode<NT, BN>(t, ts, rs);
+    const int left = tl.rows - tl.m0; // rows of the expert from the tile's first on
+    if (left <= c * CONSUMER_ROWS) { // past the expert's end: keep the barriers in step, no math
+      for (int kb = 0; kb < KT; kb++) {
+        mbar_wait(bars + 8 * s, ph);
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
+        if (++s == STAGES) s = 0, ph ^= 1;
+      }
+      continue;
+    }
+    int prev = 0;
+    for (int kb = 0; kb < KT; kb++) {
+      mbar_wait(bars + 8 * s, ph);
+      wgmma_fence();
+      const u64 da = wgmma_desc_sw128(sa + s * A_BYTES + c * CONSUMER_ROWS * 128);
+      const u64 db = wgmma_desc_sw128(sb + s * B_BYTES);
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; kk++)
+        Wgmma<BN>::mma(acc, da + 2 * kk, db + 2 * kk, (kb | kk) != 0);
+      wgmma_commit();
+      if (kb > 0) { // the previous step's MMAs are done reading its stage
+        wgmma_wait<1>();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+      }
+      prev = s;
+      if (++s == STAGES) s = 0, ph ^= 1;
+    }
+    wgmma_wait<0>();
+    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+
+    // Epilogue: bf16 pairs straight from the accumulators; only the
+    // expert's rows (and rows < max_rows), only columns < N.
+    const int r = c * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the tile
+    const int grow = tl.row0 + tl.m0 + r;
+    const bool ok0 = r < left && grow < max_rows;
+    const bool ok1 = r + 8 < left && grow + 8 < max_rows;
+    const int col = tl.n0 + 2 * (lane % 4);
+    u32 *y0 = reinterpret_cast<u32 *>(y + (long long)grow * N + col);
+    u32 *y1 = y0 + 4 * N; // 8 rows down, in u32 units
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+      if (N % BN == 0 || col + 8 * j < N) {
+        if (ok0) y0[4 * j] = pack_bf16x2(acc[4 * j], acc[4 * j + 1]);
+        if (ok1) y1[4 * j] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
+      }
+    }
+  }
+}
+} // namespace ggemm
+
+// gemm1: N = 4096, K = 7168.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm1_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM, BK], 128B swizzle
+                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN, BK], 128B swizzle
+                 bf16_t *y, const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  ggemm::grouped_gemm<4096, 7168, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
+                                                                   max_rows, smem);
+}
+
+// gemm2: N = 7168, K = 2048.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM, BK], 128B swizzle
+                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN, BK], 128B swizzle
+                 bf16_t *y, const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  ggemm::grouped_gemm<7168, 2048, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
+                                                                   max_rows, smem);
+}
+

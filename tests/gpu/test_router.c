@@ -27,7 +27,13 @@ typedef struct spec {
   moegen_score score;
   double scaling;
   moegen_dtype dt;
+  int qb; /* quantile balancing: histogram of QB_BINS bins over [QB_LO, QB_HI] */
 } spec;
+
+/* Narrow bounds so that many (token, expert) pairs clamp into the end bins. */
+#define QB_BINS 37
+#define QB_LO (-0.3f)
+#define QB_HI 0.9f
 
 static size_t dt_size(moegen_dtype d) { return d == MOEGEN_DTYPE_FP32 ? 4 : 2; }
 
@@ -78,6 +84,7 @@ static moegen_config config_of(const spec *s) {
   c.expert_bias = s->bias;
   c.scaling = s->scaling;
   c.logits_dtype = s->dt;
+  c.quantile_balancing = s->qb;
   return c;
 }
 
@@ -95,6 +102,8 @@ typedef struct bufs {
   uint8_t *map, *bitmap;
   int32_t *counts;
   moegen_index_dtype idx_dtype; /* element type of idx, varied across cases */
+  int32_t *hist;                /* QB [E, QB_BINS], accumulated */
+  float *bounds, *cutoff;       /* QB [2], [T] */
 } bufs;
 
 static size_t idx_size(moegen_index_dtype d) {
@@ -112,14 +121,17 @@ static bufs alloc_bufs(const spec *s, int T, moegen_index_dtype idx_dtype) {
             .idx = gpu_alloc(idx_size(idx_dtype) * TK), .bias = gpu_alloc(4 * (size_t)s->E),
             .w = gpu_alloc(4 * TK), .inter = gpu_alloc(4 * TE), .map = gpu_alloc(TE),
             .bitmap = gpu_alloc(TB), .counts = gpu_alloc(4 * (size_t)s->E),
-            .idx_dtype = idx_dtype};
+            .idx_dtype = idx_dtype, .hist = gpu_alloc(4 * (size_t)s->E * QB_BINS),
+            .bounds = gpu_alloc(8), .cutoff = gpu_alloc(4 * (size_t)T)};
+  const float lohi[2] = {QB_LO, QB_HI};
+  gpu_put(b.bounds, lohi, sizeof lohi);
   return b;
 }
 
 static void free_bufs(bufs *b) {
   gpu_free(b->logits); gpu_free(b->probs); gpu_free(b->bias); gpu_free(b->w);
   gpu_free(b->inter); gpu_free(b->map); gpu_free(b->bitmap); gpu_free(b->idx);
-  gpu_free(b->counts);
+  gpu_free(b->counts); gpu_free(b->hist); gpu_free(b->bounds); gpu_free(b->cutoff);
 }
 
 /* Uploads x/bias, poisons outputs. */
@@ -136,6 +148,7 @@ static void stage(const spec *s, int T, const bufs *b, const float *x, const flo
   gpu_poison(b->idx, idx_size(b->idx_dtype) * TK);
   gpu_poison(b->w, 4 * TK);
   gpu_poison(b->counts, 4 * (size_t)s->E);
+  gpu_poison(b->cutoff, 4 * (size_t)T);
   free(hx);
 }
 
@@ -178,6 +191,17 @@ static void verify(const spec *s, int T, const bufs *b, const float *x, const fl
       CHECK(close_f32(gw[i], rw[i], E), "topk_weights[%zu,%zu] = %.9g, want %.9g", i / K, i % K,
             gw[i], rw[i]);
     }
+    if (s->qb) {
+      float *rcut = malloc(4 * (size_t)T + 4), *gcut = malloc(4 * (size_t)T + 4);
+      router_ref_qb_cutoff(&c, T, x, bias, rcut);
+      gpu_get(gcut, b->cutoff, 4 * (size_t)T);
+      int t = 0;
+      while (t < T && close_f32(gcut[t], rcut[t], E)) t++;
+      if (t < T) printf("  FAIL: qb_cutoff[%d] = %.9g, want %.9g\n", t, gcut[t], rcut[t]);
+      failures += t < T;
+      free(rcut);
+      free(gcut);
+    }
   }
   free(rp); free(rw); free(ri); free(rm); free(gm); free(gb); free(rx); free(gx); free(gw);
   free(gi); free(gp);
@@ -195,6 +219,12 @@ static moegen_router_fwd_args args_of(const spec *s, int T, const bufs *b, int p
     a.index_dtype = b->idx_dtype;
     a.topk_weights = b->w;
     a.intermediate = b->inter;
+    if (s->qb) a.qb_cutoff = b->cutoff;
+  }
+  if (s->qb) {
+    a.qb_histogram = b->hist;
+    a.qb_bins = QB_BINS;
+    a.qb_bounds = b->bounds;
   }
   return a;
 }
@@ -216,6 +246,58 @@ static void run_case(moegen_module *m, const spec *s, int T, int ties, int parti
   free_bufs(&b);
   free(x);
   free(bias);
+}
+
+/* Quantile balancing: two calls of different T into one histogram that
+ * starts from random counts; the result must equal start + the reference bins
+ * of both calls, exactly (binned from the kernel's own scores and cutoffs,
+ * which verify() compares with the reference). */
+static void qb_case(moegen_module *m, const spec *s, int T1, int T2, int ties) {
+  size_t HB = (size_t)s->E * QB_BINS;
+  int32_t *want = malloc(4 * HB), *got = malloc(4 * HB), *hist = gpu_alloc(4 * HB);
+  for (size_t i = 0; i < HB; i++) want[i] = (int32_t)(rng_u64() % 1000);
+  gpu_put(hist, want, 4 * HB);
+  const int Ts[2] = {T1, T2};
+  int bad_bounds = moegen_router_qb_check_bounds(m, NULL, NULL) != MOEGEN_ERR_INVALID_ARGUMENT;
+  for (int call = 0; call < 2; call++) {
+    int T = Ts[call];
+    float *x = malloc(4 * (size_t)T * s->E + 4), *bias = malloc(4 * (size_t)s->E);
+    float *inter = malloc(4 * (size_t)T * s->E + 4), *cut = malloc(4 * (size_t)T + 4);
+    bufs b = alloc_bufs(s, T, MOEGEN_INDEX_INT32);
+    make_inputs(s, T, ties, x, bias);
+    stage(s, T, &b, x, bias);
+    bad_bounds |= moegen_router_qb_check_bounds(m, b.bounds, NULL) != MOEGEN_OK;
+    moegen_router_fwd_args a = args_of(s, T, &b, 0);
+    a.qb_histogram = hist;
+    moegen_status st = moegen_router_fwd(m, &a, NULL);
+    if (st != MOEGEN_OK) {
+      printf("  FAIL: router_fwd (qb): %s\n", moegen_module_last_error(m));
+      failures++;
+    }
+    CU(gpu_drv->cuCtxSynchronize());
+    verify(s, T, &b, x, bias, 0);
+    gpu_get(inter, b.inter, 4 * (size_t)T * s->E);
+    gpu_get(cut, b.cutoff, 4 * (size_t)T);
+    router_ref_qb_hist(s->E, T, QB_BINS, QB_LO, QB_HI, inter, cut, want);
+    free_bufs(&b);
+    free(x); free(bias); free(inter); free(cut);
+  }
+  const float same[2] = {1.0f, 1.0f};
+  float *dsame = gpu_alloc(8);
+  gpu_put(dsame, same, 8);
+  bad_bounds |= moegen_router_qb_check_bounds(m, dsame, NULL) != MOEGEN_ERR_INVALID_ARGUMENT;
+  gpu_free(dsame);
+  gpu_get(got, hist, 4 * HB);
+  gpu_free(hist);
+  size_t i = 0;
+  while (i < HB && got[i] == want[i]) i++;
+  if (i < HB)
+    printf("  FAIL: qb histogram[%zu, %zu] = %d, want %d\n", i / QB_BINS, i % QB_BINS, got[i],
+           want[i]);
+  if (bad_bounds) printf("  FAIL: moegen_router_qb_check_bounds misjudged bounds\n");
+  failures += (i < HB) + bad_bounds;
+  free(want);
+  free(got);
 }
 
 /* Capture one forward into a graph; replay it on fresh inputs twice. */
@@ -252,23 +334,26 @@ static void graph_case(moegen_module *m, const spec *s, int T) {
 }
 
 static const spec specs[] = {
-    {"deepseek-v3: sigmoid, 8 groups keep 4, bias, x2.5", 256, 8, 8, 4, 1, 0, MOEGEN_SCORE_SIGMOID, 2.5, MOEGEN_DTYPE_BF16},
-    {"kimi-k2: sigmoid, bias, E=384", 384, 8, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 2.827, MOEGEN_DTYPE_BF16},
-    {"qwen3: softmax pre", 128, 8, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
-    {"mixtral: softmax post E=8 K=2", 8, 2, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
-    {"gpt-oss: softmax post fp32", 128, 4, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32},
-    {"llama4: sigmoid K=1 fp16", 128, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP16},
-    {"sqrtsoftplus E=130 K=5 bias fp32", 130, 5, 0, 0, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.5, MOEGEN_DTYPE_FP32},
-    {"sqrtsoftplus 3 groups keep 2 fp16", 96, 4, 3, 2, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_FP16},
-    {"softmax pre 4 groups keep 2", 64, 6, 4, 2, 0, 1, MOEGEN_SCORE_SOFTMAX, 2.0, MOEGEN_DTYPE_FP32},
-    {"softmax post 8 groups keep 4", 256, 8, 8, 4, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
-    {"sigmoid E=2048 K=32", 2048, 32, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32},
-    {"sigmoid E=2048 K=32 bias", 2048, 32, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_BF16},
-    {"softmax pre K=E=7", 7, 7, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32},
-    {"sigmoid E=1 K=1", 1, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32},
-    {"sigmoid E=33 K=32 bf16", 33, 32, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_BF16},
-    {"sqrtsoftplus E=1024 16 groups keep 4 K=16", 1024, 16, 16, 4, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_BF16},
-    {"sigmoid E=32 K=3 groups 32 keep 3", 32, 3, 32, 3, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32},
+    {"deepseek-v3: sigmoid, 8 groups keep 4, bias, x2.5", 256, 8, 8, 4, 1, 0, MOEGEN_SCORE_SIGMOID, 2.5, MOEGEN_DTYPE_BF16, 0},
+    {"kimi-k2: sigmoid, bias, E=384", 384, 8, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 2.827, MOEGEN_DTYPE_BF16, 0},
+    {"qwen3: softmax pre", 128, 8, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"mixtral: softmax post E=8 K=2", 8, 2, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"gpt-oss: softmax post fp32", 128, 4, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32, 0},
+    {"llama4: sigmoid K=1 fp16", 128, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP16, 0},
+    {"sqrtsoftplus E=130 K=5 bias fp32", 130, 5, 0, 0, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.5, MOEGEN_DTYPE_FP32, 0},
+    {"sqrtsoftplus 3 groups keep 2 fp16", 96, 4, 3, 2, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_FP16, 0},
+    {"softmax pre 4 groups keep 2", 64, 6, 4, 2, 0, 1, MOEGEN_SCORE_SOFTMAX, 2.0, MOEGEN_DTYPE_FP32, 0},
+    {"softmax post 8 groups keep 4", 256, 8, 8, 4, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"sigmoid E=2048 K=32", 2048, 32, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32, 0},
+    {"sigmoid E=2048 K=32 bias", 2048, 32, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"softmax pre K=E=7", 7, 7, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32, 0},
+    {"sigmoid E=1 K=1", 1, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32, 0},
+    {"sigmoid E=33 K=32 bf16", 33, 32, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"sqrtsoftplus E=1024 16 groups keep 4 K=16", 1024, 16, 16, 4, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"sigmoid E=32 K=3 groups 32 keep 3", 32, 3, 32, 3, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32, 0},
+    {"qb: kimi-k2 sigmoid bias E=384 K=8", 384, 8, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 2.827, MOEGEN_DTYPE_BF16, 1},
+    {"qb: E=130 K=5 fp32 x1.5", 130, 5, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.5, MOEGEN_DTYPE_FP32, 1},
+    {"qb: E=7 K=6", 7, 6, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32, 1},
 };
 
 #ifdef MOEGEN_TEST_AOT
@@ -308,6 +393,10 @@ int main(void) {
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
       for (int ties = 0; ties < 2; ties++) run_case(m, s, tokens[t], ties, 0);
     run_case(m, s, 1000, 0, 1); /* counts only */
+    if (s->qb) {
+      qb_case(m, s, 777, 33, 0);
+      qb_case(m, s, 100, 1, 1); /* ties at the cutoff */
+    }
     if (i == 0) graph_case(m, s, 513);
     printf("%s %s\n", failures == before ? "ok  " : "FAIL", s->what);
     moegen_module_destroy(m);

@@ -111,3 +111,34 @@ void router_ref_fwd(const moegen_config *c, int T, const float *logits, const fl
   free(s);
   free(in);
 }
+
+void router_ref_qb_cutoff(const moegen_config *c, int T, const float *logits, const float *bias,
+                          float *cutoff) {
+  int E = c->experts, K = c->topk;
+  float *r = malloc(sizeof(float) * (size_t)E), *s = malloc(sizeof(float) * (size_t)E);
+  float *in = malloc(sizeof(float) * (size_t)E);
+  int sel[MOEGEN_MAX_TOPK + 1];
+  for (int t = 0; t < T; t++) {
+    scores(c, logits + (size_t)t * E, bias, r, s, in);
+    top_n(r, E, K + 1, sel);
+    cutoff[t] = r[sel[K]];
+  }
+  free(r);
+  free(s);
+  free(in);
+}
+
+void router_ref_qb_hist(int E, int T, int bins, float lower, float upper, const float *s,
+                        const float *cutoff, int32_t *hist) {
+  volatile float scale = (float)bins / (upper - lower); /* volatile: fp32 steps, no contraction */
+  for (int t = 0; t < T; t++) {
+    for (int e = 0; e < E; e++) {
+      volatile float d = cutoff[t] - s[(size_t)t * E + e];
+      volatile float u = d - lower;
+      volatile float v = u * scale;
+      float f = floorf(v);
+      int bin = f < 0.f ? 0 : f >= (float)(bins - 1) ? bins - 1 : (int)f;
+      hist[(size_t)e * bins + bin]++;
+    }
+  }
+}

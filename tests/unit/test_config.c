@@ -432,6 +432,14 @@ static const bad_case bad_cases[] = {
     {"shared_experts = -1,\n", EX_CONFIG, "8: shared_experts: must be >= 0, got -1"},
     {"aux_loss_coeff = -0.5,\n", EX_CONFIG, "8: aux_loss_coeff: must be finite and >= 0"},
     {"name = \"a\\nb\",\n", EX_CONFIG, "8: name: \"a"},
+    {"quantile_balancing = true, score = \"sqrtsoftplus\",\n", EX_CONFIG,
+     "8: quantile_balancing: needs score = \"sigmoid\" (score is \"sqrtsoftplus\")"},
+    {"quantile_balancing = true, expert_bias = false,\n", EX_CONFIG,
+     "8: quantile_balancing: needs expert_bias = true"},
+    {"quantile_balancing = true, groups = 8, group_topk = 4,\n", EX_CONFIG,
+     "8: quantile_balancing: does not take group-limited routing (groups = 8, group_topk = 4)"},
+    {"quantile_balancing = true, experts = 8,\n", EX_CONFIG,
+     "8: quantile_balancing: needs topk < experts (it selects topk + 1; topk = 8, experts = 8)"},
 };
 
 static void test_validation(void) {

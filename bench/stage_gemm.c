@@ -1,0 +1,117 @@
+/* bench stages "gemm1" and "gemm2": the grouped GEMM forward on the rows of
+ * a routing of T tokens (K distinct experts per token, uniform at random),
+ * as peers.py's stage_gemm times torch._grouped_mm and a cuBLAS loop:
+ * gemm1 [rows, H] x [E, 2F, H]^T, gemm2 [rows, F] x [E, H, F]^T, bf16,
+ * tflops = 2 * rows * N * K / time. Before timing, sampled rows of y are
+ * checked against the CPU reference (all N columns of 8 random rows). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "half.h"
+
+/* Inputs repeat a random block of PERIOD bf16 values (odd, so rows differ):
+ * cheap to upload for the 15 GB weights of DeepSeek-V3. */
+#define PERIOD ((size_t)(4u << 20) + 7)
+#define CHECK_ROWS 8
+
+typedef struct gemm_ctx {
+  moegen_module *m;
+  moegen_gemm_fwd_args a;
+} gemm_ctx;
+
+static moegen_status gemm_op(void *ctx, CUstream s) {
+  gemm_ctx *c = ctx;
+  return moegen_gemm_fwd(c->m, &c->a, s);
+}
+
+/* Device buffer of n bf16 values block[i % PERIOD]. */
+static void *periodic(const uint16_t *block, size_t n) {
+  uint16_t *d = gpu_alloc(2 * n);
+  for (size_t i = 0; i < n; i += PERIOD) gpu_put(d + i, block, 2 * (n - i < PERIOD ? n - i : PERIOD));
+  return d;
+}
+
+/* Rows per expert of T tokens routed to K distinct experts each, uniformly. */
+static void route(int T, int E, int K, int32_t *counts) {
+  int *perm = malloc(sizeof(int) * (size_t)E);
+  for (int e = 0; e < E; e++) perm[e] = e, counts[e] = 0;
+  for (int t = 0; t < T; t++)
+    for (int k = 0; k < K; k++) { /* partial Fisher-Yates: perm[0..K) is the pick */
+      int j = k + (int)(rng_u64() % (uint64_t)(E - k)), tmp = perm[k];
+      perm[k] = perm[j];
+      perm[j] = tmp;
+      counts[perm[k]]++;
+    }
+  free(perm);
+}
+
+/* CHECK_ROWS random rows of y against fp32 dot products; 0 if all close. */
+static int check_rows(const moegen_gemm_fwd_args *a, const int32_t *counts, int E, int N, int K,
+                      const float *xb, const float *wb) {
+  int rows = (int)a->max_rows, bad = 0;
+  uint16_t *got = malloc(2 * (size_t)N);
+  for (int i = 0; i < CHECK_ROWS && !bad; i++) {
+    int r = (int)(rng_u64() % (uint64_t)rows), e = 0, start = 0;
+    while (start + counts[e] <= r) start += counts[e++];
+    gpu_get(got, (const uint16_t *)a->y + (size_t)r * N, 2 * (size_t)N);
+    for (int n = 0; n < N && !bad; n++) {
+      double s = 0;
+      size_t xo = (size_t)r * K, wo = ((size_t)e * N + n) * K;
+      for (int k = 0; k < K; k++) s += (double)xb[(xo + k) % PERIOD] * wb[(wo + k) % PERIOD];
+      double g = bf16_to_f32(got[n]);
+      bad = !(fabs(g - s) <= 1e-5 + 1.6e-2 * fabs(s) + 2e-3); /* + fp32 sum-order slack */
+    }
+  }
+  free(got);
+  return bad;
+}
+
+static void bench_gemm(const bench_model *md, int T, moegen_gemm_id which, void *flush) {
+  const char *stage = which == MOEGEN_GEMM1 ? "gemm1" : "gemm2";
+  gemm_ctx ctx = {.m = bench_module(md, stage, T)};
+  if (!ctx.m) return;
+  const int E = md->E, N = which == MOEGEN_GEMM1 ? 2 * md->F : md->H;
+  const int K = which == MOEGEN_GEMM1 ? md->H : md->F;
+  int32_t *counts = malloc(4 * (size_t)E);
+  route(T, E, md->K, counts);
+  const int rows = T * md->K;
+  uint16_t *block = malloc(2 * PERIOD);
+  float *xb = malloc(4 * PERIOD), *wb = malloc(4 * PERIOD);
+  for (size_t i = 0; i < PERIOD; i++) {
+    block[i] = f32_to_bf16(rng_normal());
+    xb[i] = bf16_to_f32(block[i]);
+  }
+  void *x = periodic(block, (size_t)rows * K);
+  for (size_t i = 0; i < PERIOD; i++) {
+    block[i] = f32_to_bf16(rng_normal() / sqrtf((float)K));
+    wb[i] = bf16_to_f32(block[i]);
+  }
+  void *w = periodic(block, (size_t)E * N * K);
+  void *y = gpu_alloc(2 * (size_t)rows * N);
+  int32_t *dcounts = gpu_alloc(4 * (size_t)E);
+  gpu_put(dcounts, counts, 4 * (size_t)E);
+  ctx.a = (moegen_gemm_fwd_args){.which = which, .max_rows = rows, .x = x, .w = w, .y = y,
+                                 .counts = dcounts};
+  gpu_poison(y, 2 * (size_t)rows * N);
+  moegen_status st = gemm_op(&ctx, NULL);
+  CU(gpu_drv->cuCtxSynchronize());
+  if (st != MOEGEN_OK) {
+    bench_error(stage, md, T, moegen_module_last_error(ctx.m));
+  } else if (check_rows(&ctx.a, counts, E, N, K, xb, wb)) {
+    bench_error(stage, md, T, "output differs from the CPU reference");
+  } else {
+    float ms = bench_time_op(gemm_op, &ctx, flush);
+    double flops = 2.0 * rows * N * K;
+    char extra[128];
+    snprintf(extra, sizeof extra, ", \"tflops\": %.1f, \"rows\": %d, \"K\": %d, \"N\": %d",
+             flops / ms / 1e9, rows, K, N);
+    bench_result(stage, md, T, ms, extra);
+  }
+  gpu_free(x); gpu_free(w); gpu_free(y); gpu_free(dcounts);
+  free(counts); free(block); free(xb); free(wb);
+  moegen_module_destroy(ctx.m);
+}
+
+void bench_gemm1(const bench_model *md, int T, void *flush) { bench_gemm(md, T, MOEGEN_GEMM1, flush); }
+void bench_gemm2(const bench_model *md, int T, void *flush) { bench_gemm(md, T, MOEGEN_GEMM2, flush); }

@@ -1,0 +1,110 @@
+/* runtime/ops_gemm.c -- the grouped GEMM forward op: shape function and launch.
+ *
+ * The kernel (templates/grouped_gemm_sm90.cu.lt) loads X and W tiles with
+ * TMA; their descriptors are encoded here on the host for every call (a
+ * pure host computation, no GPU work) and passed by value as kernel
+ * parameters, so a captured graph keeps the pointers it was captured with. */
+#include <limits.h>
+#include <string.h>
+
+#include "module.h"
+
+/* The plan of GEMM `which`, or NULL if which is not 1 or 2. */
+static const moegen_gemm_kernel_plan *kernel_plan(const moegen_image *img, moegen_gemm_id which) {
+  if (which == MOEGEN_GEMM1) return &img->gemm.gemm1;
+  if (which == MOEGEN_GEMM2) return &img->gemm.gemm2;
+  return NULL;
+}
+
+moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id which,
+                                       int64_t max_rows, moegen_gemm_fwd_shape *shape) {
+  if (!image || !shape || max_rows < 0) return MOEGEN_ERR_INVALID_ARGUMENT;
+  const moegen_gemm_kernel_plan *p = kernel_plan(image, which);
+  if (!p) return MOEGEN_ERR_INVALID_ARGUMENT;
+  if (!image->gemm.supported) return MOEGEN_ERR_NOT_SUPPORTED;
+  memset(shape, 0, sizeof *shape);
+  shape->x[0] = shape->y[0] = max_rows;
+  shape->x[1] = shape->w[2] = p->k;
+  shape->y[1] = shape->w[1] = p->n;
+  shape->w[0] = image->gemm.experts;
+  shape->counts[0] = image->gemm.experts;
+  shape->workspace_bytes = 0;
+  return MOEGEN_OK;
+}
+
+/* Cheap metadata checks; the counts stay on the device (no value checks). */
+static moegen_status check_args(moegen_module *m, const moegen_gemm_fwd_args *a) {
+  const moegen_image *img = moegen_module_image(m);
+  if (!kernel_plan(img, a->which))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "gemm_fwd: which = %d is not MOEGEN_GEMM1 or MOEGEN_GEMM2",
+                              (int)a->which);
+  if (!img->gemm.supported)
+    return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
+                              "gemm_fwd: module %s (%s) has no grouped GEMM kernels (they need "
+                              "sm_90a and hidden, ffn multiples of 8)", img->name, img->arch);
+  if (a->max_rows < 0 || a->max_rows > INT32_MAX)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "gemm_fwd: max_rows = %lld is outside [0, INT32_MAX]",
+                              (long long)a->max_rows);
+  if ((a->counts == NULL) == (a->offsets == NULL))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "gemm_fwd: give exactly one of counts and offsets");
+  if (a->max_rows > 0 && (!a->x || !a->w || !a->y))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "gemm_fwd: x, w or y is NULL");
+  if (((uintptr_t)a->x | (uintptr_t)a->w | (uintptr_t)a->y) % 16)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "gemm_fwd: x, w and y must be 16-byte aligned (%p, %p, %p)", a->x,
+                              a->w, a->y);
+  return MOEGEN_OK;
+}
+
+/* Encodes a bf16 tensor map with the 128-byte swizzle (box[0] * 2 = 128). */
+static moegen_status encode(moegen_module *m, CUtensorMap *map, const void *base, unsigned rank,
+                            const unsigned long long *dims, const unsigned long long *strides,
+                            const unsigned *box, const char *what) {
+  static const unsigned ones[3] = {1, 1, 1};
+  CUresult r = moegen_module_driver(m)->cuTensorMapEncodeTiled(
+      map, MOEGEN_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, dims, strides, box, ones,
+      MOEGEN_CU_TENSOR_MAP_INTERLEAVE_NONE, MOEGEN_CU_TENSOR_MAP_SWIZZLE_128B,
+      MOEGEN_CU_TENSOR_MAP_L2_PROMOTION_L2_256B, MOEGEN_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
+}
+
+moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, CUstream stream) {
+  if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
+  moegen_status st = check_args(m, a);
+  if (st != MOEGEN_OK || a->max_rows == 0) return st;
+  const moegen_image *img = moegen_module_image(m);
+  const moegen_gemm_kernel_plan *p = kernel_plan(img, a->which);
+  const unsigned long long E = (unsigned long long)img->gemm.experts;
+  const unsigned long long N = (unsigned long long)p->n, K = (unsigned long long)p->k;
+  CUtensorMap mx, mw;
+  const unsigned long long xdims[2] = {K, (unsigned long long)a->max_rows}, xstrides[1] = {2 * K};
+  const unsigned xbox[2] = {(unsigned)p->bk, (unsigned)p->bm};
+  st = encode(m, &mx, a->x, 2, xdims, xstrides, xbox, "gemm_fwd: cuTensorMapEncodeTiled(x)");
+  if (st != MOEGEN_OK) return st;
+  const unsigned long long wdims[3] = {K, N, E}, wstrides[2] = {2 * K, 2 * K * N};
+  const unsigned wbox[3] = {(unsigned)p->bk, (unsigned)p->bn, 1};
+  st = encode(m, &mw, a->w, 3, wdims, wstrides, wbox, "gemm_fwd: cuTensorMapEncodeTiled(w)");
+  if (st != MOEGEN_OK) return st;
+
+  moegen_kernel_id id = a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_FWD : MOEGEN_KERNEL_GEMM2_FWD;
+  CUfunction fn;
+  moegen_device_info dev;
+  st = moegen_module_kernel(m, id, (unsigned)p->threads, (unsigned)p->smem_bytes, &fn, &dev);
+  if (st != MOEGEN_OK) return st;
+  /* One CTA per SM, capped by the most tiles the rows could make. */
+  long long max_tiles = ((a->max_rows + p->bm - 1) / p->bm + (long long)E) * ((p->n + p->bn - 1) / p->bn);
+  long long grid = (long long)dev.sm_count * dev.blocks_per_sm;
+  if (grid > max_tiles) grid = max_tiles;
+  int max_rows = (int)a->max_rows;
+  void *y = a->y;
+  const int32_t *counts = a->counts, *offsets = a->offsets;
+  void *params[] = {&mx, &mw, &y, &counts, &offsets, &max_rows};
+  CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, (unsigned)grid, 1, 1, (unsigned)p->threads,
+                                                       1, 1, (unsigned)p->smem_bytes, stream, params,
+                                                       NULL);
+  if (r) return moegen_module_cuda_fail(m, r, "gemm_fwd: cuLaunchKernel");
+  return MOEGEN_OK;
+}
