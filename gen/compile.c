@@ -13,6 +13,7 @@
 
 #include "nvrtc.h"
 #include "read_file.h"
+#include "unit.h"
 
 static int fail(moegen_error *err, int code, const char *fmt, const char *a, const char *b) {
   err->code = code;
@@ -111,12 +112,17 @@ static int compile_nvrtc(const char *source, const moegen_gen_options *opt,
   return rc;
 }
 
-int moegen_compile(const char *source, const moegen_gen_options *opt, const char *work_dir,
-                   void (*progress)(const char *line), unsigned char **cubin, size_t *cubin_size,
-                   moegen_error *err) {
+int moegen_compile(const char *source, moegen_unit u, const moegen_gen_options *opt,
+                   const char *work_dir, void (*progress)(const char *line), unsigned char **cubin,
+                   size_t *cubin_size, moegen_error *err) {
   *cubin = NULL;
   *cubin_size = 0;
-  if (opt->compile == MOEGEN_COMPILE_NVCC)
-    return compile_nvcc(source, opt, work_dir, progress, cubin, cubin_size, err);
-  return compile_nvrtc(source, opt, progress, cubin, cubin_size, err);
+  size_t size;
+  char *text = moegen_unit_source(source, strlen(source), u, &size);
+  if (!text) return fail(err, EX_OSERR, "out of memory%s%s", "", "");
+  int rc = opt->compile == MOEGEN_COMPILE_NVCC
+               ? compile_nvcc(text, opt, work_dir, progress, cubin, cubin_size, err)
+               : compile_nvrtc(text, opt, progress, cubin, cubin_size, err);
+  free(text);
+  return rc;
 }

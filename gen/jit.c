@@ -75,6 +75,7 @@ moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_modu
                             .name = j->name,
                             .arch = j->arch,
                             .config_lua = j->config_lua,
+                            .units = src.units,
                             .source = j->source,
                             .source_size = strlen(j->source),
                             .source_path = "<jit>",

@@ -12,16 +12,49 @@ static const char *compile_mode_name(moegen_compile_mode m) {
   return m == MOEGEN_COMPILE_NVCC ? "nvcc" : m == MOEGEN_COMPILE_NVRTC ? "nvrtc" : "jit";
 }
 
-/* The kernel templates of a module, rendered in this order after
- * module.cu.lt (header comment + prelude) into NAME.cu. Each one renders to
- * nothing when the config or arch does not call for its kernels. */
-static const char *const kernel_templates[] = {
-    "router.cu.lt",
-    "router_bwd.cu.lt",
-    "aux_loss.cu.lt",
-    "grouped_gemm_sm90.cu.lt",
-    NULL,
+/* The kernel templates of a module and their compile units, rendered in
+ * this order after module.cu.lt (header comment + prelude) into NAME.cu,
+ * each inside its unit's #if. A template renders to nothing when the config
+ * or arch does not call for its kernels. */
+static const struct {
+  const char *name;
+  moegen_unit unit;
+} kernel_templates[] = {
+    {"router.cu.lt", MOEGEN_UNIT_ROUTER},
+    {"router_bwd.cu.lt", MOEGEN_UNIT_ROUTER_TRAIN},
+    {"aux_loss.cu.lt", MOEGEN_UNIT_ROUTER_TRAIN},
+    {"grouped_gemm_sm90.cu.lt", MOEGEN_UNIT_GEMM},
 };
+
+/* Whether s holds anything but white space. */
+static int has_code(const char *s) {
+  for (; *s; s++)
+    if (*s != ' ' && *s != '\n' && *s != '\t') return 1;
+  return 0;
+}
+
+/* Appends a rendered kernel template to *cu inside its unit's #if (takes part). */
+static int append_part(char **cu, char *part, moegen_unit u, moegen_error *err) {
+  char open[128];
+  static const char close[] = "#endif\n";
+  snprintf(open, sizeof open, "#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == %d // %s unit\n", (int)u,
+           moegen_unit_name(u));
+  size_t n0 = strlen(*cu), n1 = strlen(open), n2 = strlen(part);
+  char *s = malloc(n0 + n1 + n2 + sizeof close);
+  if (s) {
+    memcpy(s, *cu, n0);
+    memcpy(s + n0, open, n1);
+    memcpy(s + n0 + n1, part, n2);
+    memcpy(s + n0 + n1 + n2, close, sizeof close);
+  }
+  free(*cu);
+  free(part);
+  *cu = s;
+  if (s) return 0;
+  err->code = EX_OSERR;
+  snprintf(err->msg, sizeof err->msg, "out of memory");
+  return err->code;
+}
 
 /* Renders embedded template `name` into *out. */
 static int render_file(moegen_sandbox *sb, const char *name, char **out, moegen_error *err) {
@@ -32,19 +65,6 @@ static int render_file(moegen_sandbox *sb, const char *name, char **out, moegen_
     return err->code;
   }
   return moegen_sandbox_render(sb, name, f->data, out, err);
-}
-
-/* Concatenates a and b into a new string; frees both. */
-static char *concat_free(char *a, char *b) {
-  size_t na = strlen(a), nb = strlen(b);
-  char *s = malloc(na + nb + 1);
-  if (s) {
-    memcpy(s, a, na);
-    memcpy(s + na, b, nb + 1);
-  }
-  free(a);
-  free(b);
-  return s;
 }
 
 /* A copy of text with every "*" + "/" broken up, so it can sit in a C comment. */
@@ -187,17 +207,16 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
     rc = moegen_sandbox_run(sb, "plan.lua", plan ? plan->data : "", "plan", err);
   }
   if (!rc) rc = render_file(sb, "module.cu.lt", &out->cu, err);
-  for (size_t i = 0; !rc && kernel_templates[i]; i++) {
+  for (size_t i = 0; !rc && i < sizeof kernel_templates / sizeof kernel_templates[0]; i++) {
     char *part = NULL;
-    rc = render_file(sb, kernel_templates[i], &part, err);
-    if (!rc) {
-      out->cu = concat_free(out->cu, part);
-      if (!out->cu) {
-        err->code = EX_OSERR;
-        snprintf(err->msg, sizeof err->msg, "out of memory");
-        rc = err->code;
-      }
+    rc = render_file(sb, kernel_templates[i].name, &part, err);
+    if (rc) break;
+    if (!has_code(part)) {
+      free(part);
+      continue;
     }
+    out->units |= 1u << kernel_templates[i].unit;
+    rc = append_part(&out->cu, part, kernel_templates[i].unit, err);
   }
   if (!rc) rc = render_file(sb, "host.h.lt", &out->h, err);
   if (!rc) rc = render_file(sb, "host.c.lt", &out->c, err);

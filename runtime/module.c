@@ -1,6 +1,8 @@
-/* runtime/module.c -- modules: one loaded cubin, its kernels, per-device setup.
+/* runtime/module.c -- modules: a loaded cubin per compile unit, their kernels,
+ * per-device setup.
  *
- * The cubin is loaded once with cuLibraryLoadData: a CUlibrary is
+ * A unit's cubin is compiled (JIT images) and loaded once, on the first use
+ * of one of its kernels, with cuLibraryLoadData: a CUlibrary is
  * context-independent, and the CUkernel of cuLibraryGetKernel is launchable
  * (as a CUfunction) in any context. What is per device -- the arch check, the
  * SM count, the kernel's dynamic shared memory limit -- is done once per
@@ -17,17 +19,20 @@
 
 #include "cache.h"
 #include "module.h"
+#include "unit.h"
 
 enum { MAX_DEVICES = 64 };
 
-const char *const moegen_kernel_names[MOEGEN_KERNEL_COUNT] = {"moegen_router_fwd",
-                                                             "moegen_gemm1_fwd",
-                                                             "moegen_gemm2_fwd",
-                                                             "moegen_router_bwd",
-                                                             "moegen_aux_scores_fwd",
-                                                             "moegen_aux_scores_bwd",
-                                                             "moegen_aux_loss_fwd",
-                                                             "moegen_aux_loss_bwd"};
+const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT] = {
+    [MOEGEN_KERNEL_ROUTER_FWD] = {"moegen_router_fwd", MOEGEN_UNIT_ROUTER},
+    [MOEGEN_KERNEL_GEMM1_FWD] = {"moegen_gemm1_fwd", MOEGEN_UNIT_GEMM},
+    [MOEGEN_KERNEL_GEMM2_FWD] = {"moegen_gemm2_fwd", MOEGEN_UNIT_GEMM},
+    [MOEGEN_KERNEL_ROUTER_BWD] = {"moegen_router_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
+    [MOEGEN_KERNEL_AUX_SCORES_FWD] = {"moegen_aux_scores_fwd", MOEGEN_UNIT_ROUTER_TRAIN},
+    [MOEGEN_KERNEL_AUX_SCORES_BWD] = {"moegen_aux_scores_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
+    [MOEGEN_KERNEL_AUX_LOSS_FWD] = {"moegen_aux_loss_fwd", MOEGEN_UNIT_ROUTER_TRAIN},
+    [MOEGEN_KERNEL_AUX_LOSS_BWD] = {"moegen_aux_loss_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
+};
 
 struct moegen_module {
   const moegen_image *image;
@@ -37,9 +42,9 @@ struct moegen_module {
   moegen_status unusable;              /* why the module cannot load (from create) */
 
   pthread_mutex_t lock;                /* serializes loading and per-device setup */
-  unsigned char *jit_cubin;            /* NVRTC output of a JIT image */
-  size_t jit_cubin_size;
-  CUlibrary lib;                       /* written once, under lock */
+  unsigned char *jit_cubin[MOEGEN_UNIT_COUNT]; /* NVRTC output of a JIT image's units */
+  size_t jit_cubin_size[MOEGEN_UNIT_COUNT];
+  CUlibrary lib[MOEGEN_UNIT_COUNT];    /* written once each, under lock */
   CUkernel kernels[MOEGEN_KERNEL_COUNT]; /* written once each, under lock */
   int sm_count[MAX_DEVICES];           /* written once per device, under lock */
   /* 1 + the dynamic smem bytes set for kernel k on device d; 0 = not set up.
@@ -156,8 +161,10 @@ moegen_status moegen_module_create_owned(moegen_image *image, void (*free_image)
 
 void moegen_module_destroy(moegen_module *m) {
   if (!m) return;
-  if (m->lib) m->drv->cuLibraryUnload(m->lib);
-  free(m->jit_cubin);
+  for (int u = 0; u < MOEGEN_UNIT_COUNT; u++) {
+    if (m->lib[u]) m->drv->cuLibraryUnload(m->lib[u]);
+    free(m->jit_cubin[u]);
+  }
   if (m->owned) m->free_image(m->owned);
   free(m->error);
   pthread_mutex_destroy(&m->lock);
@@ -239,53 +246,76 @@ static moegen_status setup_device(moegen_module *m, CUdevice d) {
   return st;
 }
 
-/* Compiles a JIT image's source through the cache (lock held). */
-static moegen_status compile_jit(moegen_module *m) {
+/* Compiles unit u of a JIT image through the cache into m->jit_cubin[u].
+ * Touches only unit u's slots, so units may compile on several threads at
+ * once while the lock is held by the thread that started them. */
+static moegen_status compile_unit(moegen_module *m, moegen_unit u) {
   const moegen_image *img = m->image;
+  size_t size;
+  char *text = moegen_unit_source(img->source, img->source_size, u, &size);
+  if (!text) return moegen_module_fail(m, MOEGEN_ERR_OUT_OF_MEMORY, "unit source: out of memory");
+  char name[160];
+  snprintf(name, sizeof name, "%s (%s unit)", img->name, moegen_unit_name(u));
   char *log = NULL;
   int hit;
-  moegen_status st = moegen_cache_compile(img->source, img->source_size, img->name, img->arch,
-                                          &m->jit_cubin, &m->jit_cubin_size, &log, &hit);
+  moegen_status st = moegen_cache_compile(text, size, name, img->arch, &m->jit_cubin[u],
+                                          &m->jit_cubin_size[u], &log, &hit);
+  free(text);
   if (st == MOEGEN_ERR_NO_NVRTC)
     moegen_module_fail(m, st, "module %s is a JIT image and needs NVRTC: %s", img->name,
                        log ? log : "");
   else if (st != MOEGEN_OK)
-    moegen_module_fail(m, st, "NVRTC could not compile module %s for %s (source: %s):\n%s",
-                       img->name, img->arch, img->source_path ? img->source_path : "?",
-                       log ? log : "");
+    moegen_module_fail(m, st, "NVRTC could not compile the %s unit of module %s for %s (source: "
+                       "%s, MOEGEN_UNIT=%d):\n%s", moegen_unit_name(u), img->name, img->arch,
+                       img->source_path ? img->source_path : "?", (int)u, log ? log : "");
   free(log);
   return st;
 }
 
-/* Loads the cubin as a context-independent library (once; lock held). */
-static moegen_status load_library(moegen_module *m) {
-  if (m->lib) return MOEGEN_OK;
+/* The error for a unit the module does not hold. */
+static moegen_status no_unit(moegen_module *m, moegen_unit u) {
+  return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
+                            "module %s (%s) has no %s kernels: its config or arch does not call "
+                            "for them", m->image->name, m->image->arch, moegen_unit_name(u));
+}
+
+/* Unit u's cubin: the image's (AOT) or the JIT compile's (NULL if not yet). */
+static const void *unit_cubin(const moegen_module *m, moegen_unit u) {
+  return m->image->cubins ? (const void *)m->image->cubins[u] : m->jit_cubin[u];
+}
+
+/* Loads unit u's cubin as a context-independent library, compiling it first
+ * for a JIT image (once; lock held). */
+static moegen_status load_library(moegen_module *m, moegen_unit u) {
+  if (m->lib[u]) return MOEGEN_OK;
   const moegen_image *img = m->image;
-  if (!img->cubin && !m->jit_cubin) {
-    moegen_status st = compile_jit(m);
+  if (!(img->units >> u & 1u) || (img->cubins && !img->cubins[u]))
+    return no_unit(m, u);
+  if (!unit_cubin(m, u)) {
+    moegen_status st = compile_unit(m, u);
     if (st != MOEGEN_OK) return st;
   }
-  const void *code = img->cubin ? (const void *)img->cubin : m->jit_cubin;
-  CUresult r = m->drv->cuLibraryLoadData(&m->lib, code, NULL, NULL, 0, NULL, NULL, 0);
+  CUresult r = m->drv->cuLibraryLoadData(&m->lib[u], unit_cubin(m, u), NULL, NULL, 0, NULL, NULL, 0);
   if (!r) return MOEGEN_OK;
   char text[256];
   moegen_driver_describe(r, text, sizeof text);
   return moegen_module_fail(m, MOEGEN_ERR_CUDA,
-                            "cuLibraryLoadData(module %s, %s, %s cubin, source: %s): %s", img->name,
-                            img->arch, img->cubin ? "AOT" : "JIT",
+                            "cuLibraryLoadData(module %s, %s unit, %s, %s cubin, source: %s): %s",
+                            img->name, moegen_unit_name(u), img->arch, img->cubins ? "AOT" : "JIT",
                             img->source_path ? img->source_path : "?", text);
 }
 
 /* Resolves kernel id in the library (once; lock held). */
 static moegen_status resolve_kernel(moegen_module *m, moegen_kernel_id id) {
   if (m->kernels[id]) return MOEGEN_OK;
-  CUresult r = m->drv->cuLibraryGetKernel(&m->kernels[id], m->lib, moegen_kernel_names[id]);
+  CUresult r = m->drv->cuLibraryGetKernel(&m->kernels[id], m->lib[moegen_kernels[id].unit],
+                                          moegen_kernels[id].name);
   if (!r) return MOEGEN_OK;
   char text[256];
   moegen_driver_describe(r, text, sizeof text);
   return moegen_module_fail(m, MOEGEN_ERR_CUDA,
                             "cuLibraryGetKernel(%s) in module %s (source: %s): %s",
-                            moegen_kernel_names[id], m->image->name,
+                            moegen_kernels[id].name, m->image->name,
                             m->image->source_path ? m->image->source_path : "?", text);
 }
 
@@ -303,7 +333,7 @@ static moegen_status set_smem(moegen_module *m, moegen_kernel_id id, CUdevice d,
   return moegen_module_fail(m, MOEGEN_ERR_CUDA,
                             "cuKernelSetAttribute(%s, max dynamic smem = %u bytes) on device %d "
                             "(opt-in limit %d bytes): %s",
-                            moegen_kernel_names[id], smem, d, limit, text);
+                            moegen_kernels[id].name, smem, d, limit, text);
 }
 
 /* Resident blocks of kernel id per SM on the current device (lock held),
@@ -324,7 +354,7 @@ static moegen_status prepare(moegen_module *m, moegen_kernel_id id, CUdevice d, 
                              unsigned smem) {
   pthread_mutex_lock(&m->lock);
   moegen_status st = setup_device(m, d);
-  if (st == MOEGEN_OK) st = load_library(m);
+  if (st == MOEGEN_OK) st = load_library(m, moegen_kernels[id].unit);
   if (st == MOEGEN_OK) st = resolve_kernel(m, id);
   unsigned done = atomic_load_explicit(&m->ready[id][d], memory_order_relaxed);
   if (st == MOEGEN_OK && done < smem + 1) st = set_smem(m, id, d, smem);
@@ -341,7 +371,7 @@ moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsign
   if (!m->drv) return m->unusable; /* the reason is already the last error */
   if (smem_bytes > (unsigned)INT_MAX)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "%s: smem_bytes %u is too large",
-                              moegen_kernel_names[id], smem_bytes);
+                              moegen_kernels[id].name, smem_bytes);
   CUdevice d;
   moegen_status st = current_device(m, &d);
   if (st != MOEGEN_OK) return st;
@@ -360,6 +390,7 @@ moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsign
  * image lacks the kernel. */
 static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *threads,
                         unsigned *smem) {
+  if (!(img->units >> moegen_kernels[id].unit & 1u)) return 0;
   if (id == MOEGEN_KERNEL_ROUTER_FWD && img->router.experts > 0) {
     *threads = (unsigned)img->router.threads;
     *smem = (unsigned)img->router.smem_bytes;
@@ -382,19 +413,74 @@ static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *
     *smem = 0;
     return 1;
   }
+  if ((id == MOEGEN_KERNEL_GEMM1_FWD || id == MOEGEN_KERNEL_GEMM2_FWD) && img->gemm.supported) {
+    const moegen_gemm_kernel_plan *g = id == MOEGEN_KERNEL_GEMM1_FWD ? &img->gemm.gemm1 : &img->gemm.gemm2;
+    *threads = (unsigned)g->threads;
+    *smem = (unsigned)g->smem_bytes;
+    return 1;
+  }
   return 0;
+}
+
+typedef struct unit_job {
+  moegen_module *m;
+  moegen_unit u;
+  moegen_status st;
+} unit_job;
+
+static void *compile_job(void *arg) {
+  unit_job *j = arg;
+  j->st = compile_unit(j->m, j->u);
+  return NULL;
+}
+
+/* Compiles the JIT units in `want` (a bit per unit) that are not compiled
+ * yet, one thread each when there are several (lock held). */
+static moegen_status compile_units(moegen_module *m, unsigned want) {
+  if (m->image->cubins) return MOEGEN_OK; /* AOT */
+  unit_job jobs[MOEGEN_UNIT_COUNT];
+  pthread_t threads[MOEGEN_UNIT_COUNT];
+  int started[MOEGEN_UNIT_COUNT] = {0}, n = 0;
+  for (int u = 0; u < MOEGEN_UNIT_COUNT; u++)
+    if ((want & m->image->units) >> u & 1u && !m->jit_cubin[u])
+      jobs[n++] = (unit_job){m, (moegen_unit)u, MOEGEN_OK};
+  for (int i = 0; i < n; i++) {
+    if (n > 1) started[i] = pthread_create(&threads[i], NULL, compile_job, &jobs[i]) == 0;
+    if (!started[i]) compile_job(&jobs[i]); /* one unit, or no thread to be had */
+  }
+  moegen_status st = MOEGEN_OK;
+  for (int i = 0; i < n; i++) {
+    if (started[i]) pthread_join(threads[i], NULL);
+    if (st == MOEGEN_OK) st = jobs[i].st;
+  }
+  return st;
+}
+
+/* Compiles (concurrently) and prepares every kernel of the units in `want`. */
+static moegen_status load_units(moegen_module *m, unsigned want) {
+  if (!m->drv) return m->unusable;
+  pthread_mutex_lock(&m->lock);
+  moegen_status st = compile_units(m, want);
+  pthread_mutex_unlock(&m->lock);
+  for (int id = 0; st == MOEGEN_OK && id < MOEGEN_KERNEL_COUNT; id++) {
+    unsigned threads, smem;
+    if (!(want >> moegen_kernels[id].unit & 1u)) continue;
+    if (!kernel_shape(m->image, (moegen_kernel_id)id, &threads, &smem)) continue;
+    CUfunction fn;
+    moegen_device_info dev;
+    st = moegen_module_kernel(m, (moegen_kernel_id)id, threads, smem, &fn, &dev);
+  }
+  return st;
 }
 
 moegen_status moegen_module_load(moegen_module *m) {
   if (!m) return MOEGEN_ERR_INVALID_ARGUMENT;
-  if (!m->drv) return m->unusable;
-  for (int id = 0; id < MOEGEN_KERNEL_COUNT; id++) {
-    unsigned threads, smem;
-    if (!kernel_shape(m->image, (moegen_kernel_id)id, &threads, &smem)) continue;
-    CUfunction fn;
-    moegen_device_info dev;
-    moegen_status st = moegen_module_kernel(m, (moegen_kernel_id)id, threads, smem, &fn, &dev);
-    if (st != MOEGEN_OK) return st;
-  }
-  return MOEGEN_OK;
+  return load_units(m, (1u << MOEGEN_UNIT_COUNT) - 1);
+}
+
+moegen_status moegen_module_load_unit(moegen_module *m, moegen_unit u) {
+  if (!m || (unsigned)u >= MOEGEN_UNIT_COUNT) return MOEGEN_ERR_INVALID_ARGUMENT;
+  if (m->drv && !(m->image->units >> u & 1u))
+    return no_unit(m, u);
+  return load_units(m, 1u << u);
 }

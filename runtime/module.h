@@ -18,7 +18,12 @@ typedef enum moegen_kernel_id {
   MOEGEN_KERNEL_COUNT
 } moegen_kernel_id;
 
-extern const char *const moegen_kernel_names[MOEGEN_KERNEL_COUNT]; /* "moegen_router_fwd" */
+/* Each kernel's extern "C" name and the compile unit that holds it. */
+typedef struct moegen_kernel_desc {
+  const char *name; /* "moegen_router_fwd" */
+  moegen_unit unit;
+} moegen_kernel_desc;
+extern const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT];
 
 /* Device facts an op needs to size its grid. */
 typedef struct moegen_device_info {

@@ -36,6 +36,7 @@ typedef struct moegen_sources {
   char *cu;                 /* NAME.cu: self-contained kernel source */
   char *h;                  /* NAME.h: the module's C API */
   char *c;                  /* the image definition of NAME.c (moegen_generate adds the data) */
+  unsigned units;           /* bit u set: compile unit u (moegen_unit) holds kernels */
   moegen_router_plan router;
   moegen_router_bwd_plan router_bwd;
   moegen_aux_plan aux;

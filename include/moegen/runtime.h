@@ -29,7 +29,7 @@ extern "C" {
 /* Same typedef as cuda.h / cuda_runtime.h (cudaStream_t is this type too). */
 typedef struct CUstream_st *CUstream;
 
-#define MOEGEN_RT_ABI_VERSION 1
+#define MOEGEN_RT_ABI_VERSION 2
 
 typedef enum moegen_status {
   MOEGEN_OK = 0,
@@ -102,16 +102,32 @@ typedef struct moegen_gemm_plan {
   moegen_gemm_kernel_plan gemm1, gemm2;
 } moegen_gemm_plan;
 
+/* Compile units. A module's kernels are compiled, cached and loaded in
+ * independent units, each on the first use of one of its kernels, so a
+ * program that runs only the router never waits for the GEMM's compile. The
+ * generated NAME.cu holds every unit: unit u is that text compiled with
+ * MOEGEN_UNIT defined to u (without MOEGEN_UNIT it compiles everything). */
+typedef enum moegen_unit {
+  MOEGEN_UNIT_ROUTER = 0,   /* router forward */
+  MOEGEN_UNIT_ROUTER_TRAIN, /* what training adds: router backward, aux-loss scores and loss */
+  MOEGEN_UNIT_PERMUTE,    /* permute, unpermute, chunk sort */
+  MOEGEN_UNIT_GEMM,       /* grouped GEMMs */
+  MOEGEN_UNIT_COUNT
+} moegen_unit;
+
 /* Everything the runtime needs to load one generated module. AOT images
- * carry a cubin; JIT images carry only the source, compiled at first use
- * (through the on-disk cache). Images are immutable and may be static. */
+ * carry a cubin per unit; JIT images carry only the source, each unit
+ * compiled at its first use (through the on-disk cache). Images are
+ * immutable and may be static. */
 typedef struct moegen_image {
   int abi_version;                 /* MOEGEN_RT_ABI_VERSION */
   const char *name;                /* module name ("ds3") */
   const char *arch;                /* "sm_90a", "sm_80", ... */
   const char *config_lua;          /* the config, as a Lua table (for messages) */
-  const unsigned char *cubin;      /* AOT cubin, or NULL */
-  size_t cubin_size;
+  unsigned units;                  /* bit u set: unit u holds kernels (the config calls for them) */
+  const unsigned char *const *cubins; /* AOT: [MOEGEN_UNIT_COUNT] cubins (NULL for an empty unit);
+                                       * JIT: NULL */
+  const size_t *cubin_sizes;       /* AOT: [MOEGEN_UNIT_COUNT] bytes; JIT: NULL */
   const char *source;              /* the generated .cu text (always present) */
   size_t source_size;
   const char *source_path;         /* where NAME.cu was written, or "<jit>" */
@@ -138,8 +154,16 @@ void moegen_set_log(moegen_log_fn fn, void *user);
 moegen_status moegen_module_create(const moegen_image *image, moegen_module **out);
 
 /* Compiles (JIT) and loads the module for the current context's device now,
- * so the first op launch does no work beyond the launch. Thread-safe. */
+ * so the first op launch does no work beyond the launch. Cold JIT units are
+ * compiled concurrently, one thread each. Thread-safe. */
 moegen_status moegen_module_load(moegen_module *m);
+
+/* Same, for one unit only (its kernels). NOT_SUPPORTED if the module has no
+ * kernels of unit u. */
+moegen_status moegen_module_load_unit(moegen_module *m, moegen_unit u);
+
+/* "router", "router_train", "permute", "gemm"; "?" for anything else. */
+const char *moegen_unit_name(moegen_unit u);
 
 void moegen_module_destroy(moegen_module *m);
 

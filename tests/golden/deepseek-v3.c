@@ -1,12 +1,13 @@
-/* The image: what moegen_module_create needs. golden_cubin and
- * golden_source are defined above by the generator. */
+/* The image: what moegen_module_create needs. golden_source,
+ * golden_units and the per-unit cubins are defined above by the generator. */
 const moegen_image golden_image = {
   .abi_version = MOEGEN_RT_ABI_VERSION,
   .name = "golden",
   .arch = "sm_90a",
   .config_lua = golden_config_lua,
-  .cubin = golden_cubin,
-  .cubin_size = sizeof golden_cubin,
+  .units = golden_units,
+  .cubins = golden_cubins,
+  .cubin_sizes = golden_cubin_sizes,
   .source = golden_source,
   .source_size = sizeof golden_source - 1,
   .source_path = "golden.cu",

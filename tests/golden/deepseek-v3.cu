@@ -138,6 +138,7 @@ template <int W> __device__ __forceinline__ u64 seg_argmax(u64 k) {
   }
   return k;
 }
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 0 // router unit
 // ---------------------------------------------------------------- router forward
 // Fused top-k router (SPEC.md section 1), specialized for:
 //   E = 256, K = 8, score = sigmoid,
@@ -575,6 +576,8 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
       if (hist[e]) atomicAdd(&o.counts[e], hist[e]);
   }
 }
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 1 // router_train unit
 // ---------------------------------------------------------------- router backward
 // Router backward (SPEC.md section 1, Backward), specialized for:
 //   E = 256, K = 8, score = sigmoid, scaling = 2.5
@@ -791,6 +794,8 @@ moegen_router_bwd(rbwd::BwdArgs a, int T, int index_dtype) {
   grad_to_dx<SCORE, PRE_SOFTMAX, (K > 1)>(g, y, m);
   if (owned) store_row<logit_t, GVEC>(a.out + t * E, base, g);
 }
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 1 // router_train unit
 // ---------------------------------------------------------------- aux loss
 // Aux-loss helpers (SPEC.md section 2):
 //  - scores (2a): softmax / normalized sigmoid / normalized sqrtsoftplus over
@@ -1069,6 +1074,8 @@ moegen_aux_loss_bwd(aux::LossArgs a) {
     loss_grad_of((fp16_t *)a.grad_probs, a.tpe, a.tpe_dtype, cc, a.grad_aux, a.n, a.cols);
   else loss_grad_of((float *)a.grad_probs, a.tpe, a.tpe_dtype, cc, a.grad_aux, a.n, a.cols);
 }
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3 // gemm unit
 // moegen prelude for sm_90a: PTX wrappers for the Hopper asynchronous
 // machinery (mbarrier, TMA, wgmma, setmaxnreg, fences). Only kernels rendered
 // for opt.arch == "sm_90a" include it; no toolkit headers.
@@ -1456,3 +1463,4 @@ moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM
                                                                    max_rows, smem);
 }
 
+#endif

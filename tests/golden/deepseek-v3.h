@@ -20,7 +20,7 @@ extern "C" {
 #define GOLDEN_FFN 2048
 #define GOLDEN_HAS_EXPERT_BIAS 1
 
-/* The module image (embedded cubin). */
+/* The module image (embedded cubins, one per compile unit). */
 extern const moegen_image golden_image;
 
 /* Creates a module from golden_image; see moegen_module_create. */

@@ -283,7 +283,8 @@ int main(void) {
     moegen_module *m = NULL;
     moegen_error err = {0};
     moegen_status st = moegen_jit(&c, NULL, &m, &err);
-    if (st == MOEGEN_OK) st = moegen_module_load(m);
+    if (st == MOEGEN_OK) st = moegen_module_load_unit(m, MOEGEN_UNIT_ROUTER);
+    if (st == MOEGEN_OK) st = moegen_module_load_unit(m, MOEGEN_UNIT_ROUTER_TRAIN);
     if (st != MOEGEN_OK) {
       printf("FAIL %s: %s %s %s\n", s->what, moegen_status_string(st), err.msg,
              m ? moegen_module_last_error(m) : "");

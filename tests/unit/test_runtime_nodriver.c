@@ -23,12 +23,15 @@
 /* An AOT-looking image; the cubin is never read without a driver. */
 static moegen_image test_image(void) {
   static const unsigned char cubin[] = {0x7f, 'E', 'L', 'F'};
+  static const unsigned char *const cubins[MOEGEN_UNIT_COUNT] = {[MOEGEN_UNIT_ROUTER] = cubin};
+  static const size_t sizes[MOEGEN_UNIT_COUNT] = {[MOEGEN_UNIT_ROUTER] = sizeof cubin};
   moegen_image img = {.abi_version = MOEGEN_RT_ABI_VERSION,
                       .name = "nodriver",
                       .arch = "sm_90a",
                       .config_lua = "{}",
-                      .cubin = cubin,
-                      .cubin_size = sizeof cubin,
+                      .units = 1u << MOEGEN_UNIT_ROUTER,
+                      .cubins = cubins,
+                      .cubin_sizes = sizes,
                       .source = "",
                       .source_path = "<test>"};
   img.router.experts = 8;

@@ -1,0 +1,23 @@
+/* runtime/unit.c -- compile units (see moegen_unit in moegen/runtime.h). */
+#include "unit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *moegen_unit_name(moegen_unit u) {
+  static const char *const names[MOEGEN_UNIT_COUNT] = {"router", "router_train", "permute", "gemm"};
+  return (unsigned)u < MOEGEN_UNIT_COUNT ? names[u] : "?";
+}
+
+char *moegen_unit_source(const char *source, size_t source_size, moegen_unit u, size_t *size) {
+  char head[64];
+  int n = snprintf(head, sizeof head, "#define MOEGEN_UNIT %d\n#line 1\n", (int)u);
+  char *text = malloc((size_t)n + source_size + 1);
+  if (!text) return NULL;
+  memcpy(text, head, (size_t)n);
+  memcpy(text + n, source, source_size);
+  text[(size_t)n + source_size] = 0;
+  *size = (size_t)n + source_size;
+  return text;
+}
