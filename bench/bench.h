@@ -49,5 +49,11 @@ void bench_router_fwd_bwd(const bench_model *md, int T, void *flush);
 void bench_aux_loss(const bench_model *md, int T, void *flush);
 void bench_gemm1(const bench_model *md, int T, void *flush);
 void bench_gemm2(const bench_model *md, int T, void *flush);
+void bench_gemm1_dgrad(const bench_model *md, int T, void *flush);
+void bench_gemm1_wgrad(const bench_model *md, int T, void *flush);
+void bench_permute(const bench_model *md, int T, void *flush);
+void bench_unpermute(const bench_model *md, int T, void *flush);
+void bench_layer_fwd(const bench_model *md, int T, void *flush);
+void bench_layer_fwd_bwd(const bench_model *md, int T, void *flush);
 
 #endif

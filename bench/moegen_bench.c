@@ -32,6 +32,12 @@ static const struct {
     {"aux_loss", bench_aux_loss},
     {"gemm1", bench_gemm1},
     {"gemm2", bench_gemm2},
+    {"gemm1_dgrad", bench_gemm1_dgrad},
+    {"gemm1_wgrad", bench_gemm1_wgrad},
+    {"permute", bench_permute},
+    {"unpermute", bench_unpermute},
+    {"layer_fwd", bench_layer_fwd},
+    {"layer_fwd_bwd", bench_layer_fwd_bwd},
 };
 
 #define REPS 200

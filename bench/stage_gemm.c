@@ -115,3 +115,103 @@ static void bench_gemm(const bench_model *md, int T, moegen_gemm_id which, void 
 
 void bench_gemm1(const bench_model *md, int T, void *flush) { bench_gemm(md, T, MOEGEN_GEMM1, flush); }
 void bench_gemm2(const bench_model *md, int T, void *flush) { bench_gemm(md, T, MOEGEN_GEMM2, flush); }
+
+/* ---------------------------------------------------------------- gemm1_dgrad, gemm1_wgrad
+ * As peers.py's extras of stage_gemm: dx = dy W ([rows, 2F] x [E, 2F, H])
+ * and dW_e = dy_e^T x_e (bf16 out), same rows, tflops = 2 * rows * 2F * H /
+ * time. Checked first: CHECK_ROWS random rows of dx, or of dW (one (e, n)
+ * row over all H columns), against fp32 sums on the CPU. */
+typedef struct gemm_bwd_ctx {
+  moegen_module *m;
+  moegen_gemm_dgrad_args d;
+  moegen_gemm_wgrad_args w;
+  int wgrad;
+} gemm_bwd_ctx;
+
+static moegen_status gemm_bwd_op(void *ctx, CUstream s) {
+  gemm_bwd_ctx *c = ctx;
+  return c->wgrad ? moegen_gemm_wgrad(c->m, &c->w, s) : moegen_gemm_dgrad(c->m, &c->d, s);
+}
+
+static int check_bwd(const gemm_bwd_ctx *c, const int32_t *counts, int E, int N, int K,
+                     const float *xb, const float *wb, const float *dyb) {
+  int bad = 0;
+  uint16_t *got = malloc(2 * (size_t)K);
+  for (int i = 0; i < CHECK_ROWS && !bad; i++) {
+    if (!c->wgrad) { /* dx row r: sum_n dy[r, n] w[e, n, k] */
+      int r = (int)(rng_u64() % (uint64_t)c->d.max_rows), e = 0, start = 0;
+      while (start + counts[e] <= r) start += counts[e++];
+      gpu_get(got, (const uint16_t *)c->d.dx + (size_t)r * K, 2 * (size_t)K);
+      for (int k = 0; k < K && !bad; k++) {
+        double s = 0;
+        for (int n = 0; n < N; n++)
+          s += (double)dyb[((size_t)r * N + n) % PERIOD] * wb[(((size_t)e * N + n) * K + k) % PERIOD];
+        double g = bf16_to_f32(got[k]);
+        bad = !(fabs(g - s) <= 1e-5 + 1.6e-2 * fabs(s) + 2e-3);
+      }
+    } else { /* dW row (e, n): sum over the expert's rows r of dy[r, n] x[r, k] */
+      int e = (int)(rng_u64() % (uint64_t)E), n = (int)(rng_u64() % (uint64_t)N), start = 0;
+      for (int j = 0; j < e; j++) start += counts[j];
+      gpu_get(got, (const uint16_t *)c->w.dw + ((size_t)e * N + n) * K, 2 * (size_t)K);
+      for (int k = 0; k < K && !bad; k++) {
+        double s = 0;
+        for (int r = start; r < start + counts[e]; r++)
+          s += (double)dyb[((size_t)r * N + n) % PERIOD] * xb[((size_t)r * K + k) % PERIOD];
+        double g = bf16_to_f32(got[k]);
+        bad = !(fabs(g - s) <= 1e-5 + 1.6e-2 * fabs(s) + 2e-2);
+      }
+    }
+  }
+  free(got);
+  return bad;
+}
+
+static void bench_gemm1_bwd(const bench_model *md, int T, int wgrad, void *flush) {
+  const char *stage = wgrad ? "gemm1_wgrad" : "gemm1_dgrad";
+  gemm_bwd_ctx ctx = {.m = bench_module(md, stage, T), .wgrad = wgrad};
+  if (!ctx.m) return;
+  const int E = md->E, N = 2 * md->F, K = md->H, rows = T * md->K;
+  int32_t *counts = malloc(4 * (size_t)E);
+  route(T, E, md->K, counts);
+  uint16_t *block = malloc(2 * PERIOD);
+  float *xb = malloc(4 * PERIOD), *wb = malloc(4 * PERIOD), *dyb = malloc(4 * PERIOD);
+  float *bufs[3] = {xb, wb, dyb};
+  void *dev[3];
+  const size_t sizes[3] = {(size_t)rows * K, (size_t)E * N * K, (size_t)rows * N};
+  for (int b = 0; b < 3; b++) {
+    const float scale = b == 1 ? 1 / sqrtf((float)K) : 1;
+    for (size_t i = 0; i < PERIOD; i++) {
+      block[i] = f32_to_bf16(rng_normal() * scale);
+      bufs[b][i] = bf16_to_f32(block[i]);
+    }
+    dev[b] = wgrad && b == 1 ? NULL : periodic(block, sizes[b]);
+  }
+  void *out = gpu_alloc(2 * (wgrad ? (size_t)E * N * K : (size_t)rows * K));
+  int32_t *dcounts = gpu_alloc(4 * (size_t)E);
+  gpu_put(dcounts, counts, 4 * (size_t)E);
+  ctx.d = (moegen_gemm_dgrad_args){.which = MOEGEN_GEMM1, .max_rows = rows, .dy = dev[2],
+                                   .w = dev[1], .dx = out, .counts = dcounts};
+  ctx.w = (moegen_gemm_wgrad_args){.which = MOEGEN_GEMM1, .max_rows = rows, .dy = dev[2],
+                                   .x = dev[0], .dw = out, .counts = dcounts};
+  moegen_status st = gemm_bwd_op(&ctx, NULL);
+  CU(gpu_drv->cuCtxSynchronize());
+  if (st != MOEGEN_OK) {
+    bench_error(stage, md, T, moegen_module_last_error(ctx.m));
+  } else if (check_bwd(&ctx, counts, E, N, K, xb, wb, dyb)) {
+    bench_error(stage, md, T, "output differs from the CPU reference");
+  } else {
+    float ms = bench_time_op(gemm_bwd_op, &ctx, flush);
+    double flops = 2.0 * rows * N * K;
+    char extra[128];
+    snprintf(extra, sizeof extra, ", \"tflops\": %.1f, \"rows\": %d, \"K\": %d, \"N\": %d",
+             flops / ms / 1e9, rows, K, N);
+    bench_result(stage, md, T, ms, extra);
+  }
+  for (int b = 0; b < 3; b++) gpu_free(dev[b]);
+  gpu_free(out); gpu_free(dcounts);
+  free(counts); free(block); free(xb); free(wb); free(dyb);
+  moegen_module_destroy(ctx.m);
+}
+
+void bench_gemm1_dgrad(const bench_model *md, int T, void *flush) { bench_gemm1_bwd(md, T, 0, flush); }
+void bench_gemm1_wgrad(const bench_model *md, int T, void *flush) { bench_gemm1_bwd(md, T, 1, flush); }

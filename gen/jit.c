@@ -82,7 +82,8 @@ moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_modu
                             .router = src.router,
                             .router_bwd = src.router_bwd,
                             .aux = src.aux,
-                            .gemm = src.gemm};
+                            .gemm = src.gemm,
+                            .permute = src.permute};
   moegen_sources_free(&src);
   return moegen_module_create_owned(&j->image, free_jit_image, out);
 }

@@ -14,16 +14,21 @@ static const char *compile_mode_name(moegen_compile_mode m) {
 
 /* The kernel templates of a module and their compile units, rendered in
  * this order after module.cu.lt (header comment + prelude) into NAME.cu,
- * each inside its unit's #if. A template renders to nothing when the config
- * or arch does not call for its kernels. */
+ * each inside the #if of its unit (and of the units in `also`, a bit per
+ * unit, that use its device code; the template puts its kernels in the
+ * right unit with `unit.NAME`). A template renders to nothing when the
+ * config or arch does not call for its kernels. */
 static const struct {
   const char *name;
   moegen_unit unit;
+  unsigned also;
 } kernel_templates[] = {
-    {"router.cu.lt", MOEGEN_UNIT_ROUTER},
-    {"router_bwd.cu.lt", MOEGEN_UNIT_ROUTER_TRAIN},
-    {"aux_loss.cu.lt", MOEGEN_UNIT_ROUTER_TRAIN},
-    {"grouped_gemm_sm90.cu.lt", MOEGEN_UNIT_GEMM},
+    {"router.cu.lt", MOEGEN_UNIT_ROUTER, 0},
+    {"router_bwd.cu.lt", MOEGEN_UNIT_ROUTER_TRAIN, 0},
+    {"aux_loss.cu.lt", MOEGEN_UNIT_ROUTER_TRAIN, 0},
+    {"grouped_gemm_sm90.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN},
+    {"grouped_gemm_bwd_sm90.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN}, /* uses ggemm:: */
+    {"permute.cu.lt", MOEGEN_UNIT_PERMUTE, 0},
 };
 
 /* Whether s holds anything but white space. */
@@ -33,12 +38,19 @@ static int has_code(const char *s) {
   return 0;
 }
 
-/* Appends a rendered kernel template to *cu inside its unit's #if (takes part). */
-static int append_part(char **cu, char *part, moegen_unit u, moegen_error *err) {
-  char open[128];
+/* Appends a rendered kernel template to *cu inside the #if of the units in
+ * `units` (a bit per unit; takes part). */
+static int append_part(char **cu, char *part, unsigned units, moegen_error *err) {
+  char open[256];
   static const char close[] = "#endif\n";
-  snprintf(open, sizeof open, "#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == %d // %s unit\n", (int)u,
-           moegen_unit_name(u));
+  int n = snprintf(open, sizeof open, "#if !defined(MOEGEN_UNIT)");
+  for (int u = 0; u < MOEGEN_UNIT_COUNT; u++)
+    if (units >> u & 1u) n += snprintf(open + n, sizeof open - (size_t)n, " || MOEGEN_UNIT == %d", u);
+  n += snprintf(open + n, sizeof open - (size_t)n, " //");
+  for (int u = 0; u < MOEGEN_UNIT_COUNT; u++)
+    if (units >> u & 1u)
+      n += snprintf(open + n, sizeof open - (size_t)n, " %s", moegen_unit_name((moegen_unit)u));
+  snprintf(open + n, sizeof open - (size_t)n, "\n");
   size_t n0 = strlen(*cu), n1 = strlen(open), n2 = strlen(part);
   char *s = malloc(n0 + n1 + n2 + sizeof close);
   if (s) {
@@ -80,73 +92,104 @@ static char *comment_safe(const char *text) {
   return s;
 }
 
-/* Reads plan.router into the runtime's plan struct. */
-static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, moegen_router_plan *p,
-                            moegen_error *err) {
-  static const struct { const char *path; size_t off; } fields[] = {
-      {"plan.router.experts", offsetof(moegen_router_plan, experts)},
-      {"plan.router.topk", offsetof(moegen_router_plan, topk)},
-      {"plan.router.threads", offsetof(moegen_router_plan, threads)},
-      {"plan.router.tokens_per_block", offsetof(moegen_router_plan, tokens_per_block)},
-      {"plan.router.smem_bytes", offsetof(moegen_router_plan, smem_bytes)},
-      {"plan.router.logits_dtype_id", offsetof(moegen_router_plan, logits_dtype)},
-  };
-  memset(p, 0, sizeof *p);
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+/* One int field of a plan struct and its key in the Lua plan table. */
+typedef struct plan_field {
+  const char *key;
+  size_t off;
+} plan_field;
+
+/* Reads plan.<table>.<key> of every field into the struct at p. */
+static int read_fields(moegen_sandbox *sb, const char *table, const plan_field *fields, size_t n,
+                       void *p, moegen_error *err) {
+  for (size_t i = 0; i < n; i++) {
+    char path[128];
     long v;
-    int rc = moegen_sandbox_get_int(sb, fields[i].path, &v, err);
+    snprintf(path, sizeof path, "plan.%s.%s", table, fields[i].key);
+    int rc = moegen_sandbox_get_int(sb, path, &v, err);
     if (rc) return rc;
     *(int *)((char *)p + fields[i].off) = (int)v;
   }
+  return 0;
+}
+
+#define READ_FIELDS(sb, table, fields, p, err) \
+  read_fields(sb, table, fields, sizeof fields / sizeof fields[0], p, err)
+
+/* Reads plan.router into the runtime's plan struct. */
+static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, moegen_router_plan *p,
+                            moegen_error *err) {
+  static const plan_field fields[] = {
+      {"experts", offsetof(moegen_router_plan, experts)},
+      {"topk", offsetof(moegen_router_plan, topk)},
+      {"threads", offsetof(moegen_router_plan, threads)},
+      {"tokens_per_block", offsetof(moegen_router_plan, tokens_per_block)},
+      {"smem_bytes", offsetof(moegen_router_plan, smem_bytes)},
+      {"logits_dtype_id", offsetof(moegen_router_plan, logits_dtype)},
+  };
+  memset(p, 0, sizeof *p);
   p->has_bias = cfg->expert_bias ? 1 : 0;
   p->qb = cfg->quantile_balancing ? 1 : 0;
-  return 0;
+  return READ_FIELDS(sb, "router", fields, p, err);
 }
 
 /* Reads plan.router_bwd into the runtime's plan struct. */
 static int read_router_bwd_plan(moegen_sandbox *sb, moegen_router_bwd_plan *p, moegen_error *err) {
-  static const struct { const char *path; size_t off; } fields[] = {
-      {"plan.router_bwd.experts", offsetof(moegen_router_bwd_plan, experts)},
-      {"plan.router_bwd.topk", offsetof(moegen_router_bwd_plan, topk)},
-      {"plan.router_bwd.threads", offsetof(moegen_router_bwd_plan, threads)},
-      {"plan.router_bwd.tokens_per_block", offsetof(moegen_router_bwd_plan, tokens_per_block)},
-      {"plan.router_bwd.logits_dtype_id", offsetof(moegen_router_bwd_plan, grad_dtype)},
+  static const plan_field fields[] = {
+      {"experts", offsetof(moegen_router_bwd_plan, experts)},
+      {"topk", offsetof(moegen_router_bwd_plan, topk)},
+      {"threads", offsetof(moegen_router_bwd_plan, threads)},
+      {"tokens_per_block", offsetof(moegen_router_bwd_plan, tokens_per_block)},
+      {"logits_dtype_id", offsetof(moegen_router_bwd_plan, grad_dtype)},
   };
   memset(p, 0, sizeof *p);
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-    long v;
-    int rc = moegen_sandbox_get_int(sb, fields[i].path, &v, err);
-    if (rc) return rc;
-    *(int *)((char *)p + fields[i].off) = (int)v;
-  }
-  return 0;
+  return READ_FIELDS(sb, "router_bwd", fields, p, err);
 }
 
 /* Reads plan.aux into the runtime's plan struct. */
 static int read_aux_plan(moegen_sandbox *sb, moegen_aux_plan *p, moegen_error *err) {
-  static const struct { const char *path; size_t off; } fields[] = {
-      {"plan.aux.experts", offsetof(moegen_aux_plan, experts)},
-      {"plan.aux.topk", offsetof(moegen_aux_plan, topk)},
-      {"plan.aux.threads", offsetof(moegen_aux_plan, threads)},
-      {"plan.aux.tokens_per_block", offsetof(moegen_aux_plan, tokens_per_block)},
-      {"plan.aux.logits_dtype_id", offsetof(moegen_aux_plan, logits_dtype)},
-      {"plan.aux.loss_threads", offsetof(moegen_aux_plan, loss_threads)},
-      {"plan.aux.loss_unroll", offsetof(moegen_aux_plan, loss_unroll)},
-      {"plan.aux.loss_max_blocks", offsetof(moegen_aux_plan, loss_max_blocks)},
+  static const plan_field fields[] = {
+      {"experts", offsetof(moegen_aux_plan, experts)},
+      {"topk", offsetof(moegen_aux_plan, topk)},
+      {"threads", offsetof(moegen_aux_plan, threads)},
+      {"tokens_per_block", offsetof(moegen_aux_plan, tokens_per_block)},
+      {"logits_dtype_id", offsetof(moegen_aux_plan, logits_dtype)},
+      {"loss_threads", offsetof(moegen_aux_plan, loss_threads)},
+      {"loss_unroll", offsetof(moegen_aux_plan, loss_unroll)},
+      {"loss_max_blocks", offsetof(moegen_aux_plan, loss_max_blocks)},
   };
   memset(p, 0, sizeof *p);
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-    long v;
-    int rc = moegen_sandbox_get_int(sb, fields[i].path, &v, err);
-    if (rc) return rc;
-    *(int *)((char *)p + fields[i].off) = (int)v;
-  }
-  return 0;
+  return READ_FIELDS(sb, "aux", fields, p, err);
 }
 
-/* Reads plan.gemm into the runtime's plan struct. */
+/* Reads plan.permute into the runtime's plan struct (experts = 0 when the
+ * module has no permute kernels). */
+static int read_permute_plan(moegen_sandbox *sb, moegen_permute_plan *p, moegen_error *err) {
+  static const plan_field fields[] = {
+      {"experts", offsetof(moegen_permute_plan, experts)},
+      {"topk", offsetof(moegen_permute_plan, topk)},
+      {"hidden", offsetof(moegen_permute_plan, hidden)},
+      {"tile_tokens", offsetof(moegen_permute_plan, tile_tokens)},
+      {"copy_threads", offsetof(moegen_permute_plan, copy_threads)},
+      {"copy_group", offsetof(moegen_permute_plan, copy_group)},
+      {"gather_threads", offsetof(moegen_permute_plan, gather_threads)},
+      {"gather_group", offsetof(moegen_permute_plan, gather_group)},
+      {"zero_chunk", offsetof(moegen_permute_plan, zero_chunk)},
+      {"max_chunks", offsetof(moegen_permute_plan, max_chunks)},
+  };
+  memset(p, 0, sizeof *p);
+  long supported;
+  int rc = moegen_sandbox_get_int(sb, "plan.permute.supported", &supported, err);
+  if (rc || !supported) return rc;
+  return READ_FIELDS(sb, "permute", fields, p, err);
+}
+
+/* Reads plan.gemm (and each kernel's plan.gemm.NAME) into the runtime's plan struct. */
 static int read_gemm_plan(moegen_sandbox *sb, moegen_gemm_plan *p, moegen_error *err) {
-  static const struct { const char *field; size_t off; } fields[] = {
+  static const plan_field top[] = {
+      {"experts", offsetof(moegen_gemm_plan, experts)},
+      {"supported", offsetof(moegen_gemm_plan, supported)},
+  };
+  static const plan_field fields[] = {
       {"n", offsetof(moegen_gemm_kernel_plan, n)},
       {"k", offsetof(moegen_gemm_kernel_plan, k)},
       {"bm", offsetof(moegen_gemm_kernel_plan, bm)},
@@ -156,20 +199,19 @@ static int read_gemm_plan(moegen_sandbox *sb, moegen_gemm_plan *p, moegen_error 
       {"threads", offsetof(moegen_gemm_kernel_plan, threads)},
       {"smem_bytes", offsetof(moegen_gemm_kernel_plan, smem_bytes)},
   };
+  const struct {
+    const char *name;
+    moegen_gemm_kernel_plan *k;
+  } kernels[] = {{"gemm1", &p->gemm1},           {"gemm2", &p->gemm2},
+                 {"gemm1_dgrad", &p->gemm1_dgrad}, {"gemm2_dgrad", &p->gemm2_dgrad},
+                 {"gemm1_wgrad", &p->gemm1_wgrad}, {"gemm2_wgrad", &p->gemm2_wgrad},
+                 {"gemm1_glu", &p->gemm1_glu}};
   memset(p, 0, sizeof *p);
-  long v;
-  int rc = moegen_sandbox_get_int(sb, "plan.gemm.experts", &v, err);
-  p->experts = (int)v;
-  if (!rc) rc = moegen_sandbox_get_int(sb, "plan.gemm.supported", &v, err);
-  p->supported = (int)v;
-  for (int g = 0; !rc && g < 2; g++) {
-    moegen_gemm_kernel_plan *k = g ? &p->gemm2 : &p->gemm1;
-    for (size_t i = 0; !rc && i < sizeof fields / sizeof fields[0]; i++) {
-      char path[64];
-      snprintf(path, sizeof path, "plan.gemm.gemm%d.%s", g + 1, fields[i].field);
-      rc = moegen_sandbox_get_int(sb, path, &v, err);
-      *(int *)((char *)k + fields[i].off) = (int)v;
-    }
+  int rc = READ_FIELDS(sb, "gemm", top, p, err);
+  for (size_t g = 0; !rc && g < sizeof kernels / sizeof kernels[0]; g++) {
+    char table[64];
+    snprintf(table, sizeof table, "gemm.%s", kernels[g].name);
+    rc = READ_FIELDS(sb, table, fields, kernels[g].k, err);
   }
   return rc;
 }
@@ -202,6 +244,15 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
   int rc = moegen_sandbox_open(&sb, 0, 0, err);
   if (!rc) rc = moegen_sandbox_set_config(sb, cfg, err);
   if (!rc) rc = moegen_sandbox_set_strings(sb, "opt", kv, err);
+  char numbers[MOEGEN_UNIT_COUNT][8];
+  const char *units[2 * MOEGEN_UNIT_COUNT + 1];
+  for (int u = 0; u < MOEGEN_UNIT_COUNT; u++) {
+    snprintf(numbers[u], sizeof numbers[u], "%d", u);
+    units[2 * u] = moegen_unit_name((moegen_unit)u);
+    units[2 * u + 1] = numbers[u];
+  }
+  units[2 * MOEGEN_UNIT_COUNT] = NULL;
+  if (!rc) rc = moegen_sandbox_set_strings(sb, "unit", units, err); /* unit.gemm = "3" */
   if (!rc) {
     const moegen_embedded_file *plan = moegen_embedded_find("plan.lua");
     rc = moegen_sandbox_run(sb, "plan.lua", plan ? plan->data : "", "plan", err);
@@ -215,8 +266,8 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
       free(part);
       continue;
     }
-    out->units |= 1u << kernel_templates[i].unit;
-    rc = append_part(&out->cu, part, kernel_templates[i].unit, err);
+    out->units |= 1u << kernel_templates[i].unit | kernel_templates[i].also;
+    rc = append_part(&out->cu, part, 1u << kernel_templates[i].unit | kernel_templates[i].also, err);
   }
   if (!rc) rc = render_file(sb, "host.h.lt", &out->h, err);
   if (!rc) rc = render_file(sb, "host.c.lt", &out->c, err);
@@ -224,6 +275,7 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
   if (!rc) rc = read_router_bwd_plan(sb, &out->router_bwd, err);
   if (!rc) rc = read_aux_plan(sb, &out->aux, err);
   if (!rc) rc = read_gemm_plan(sb, &out->gemm, err);
+  if (!rc) rc = read_permute_plan(sb, &out->permute, err);
   moegen_sandbox_close(sb);
   if (rc) moegen_sources_free(out);
   return rc;

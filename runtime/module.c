@@ -32,6 +32,18 @@ const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT] = {
     [MOEGEN_KERNEL_AUX_SCORES_BWD] = {"moegen_aux_scores_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
     [MOEGEN_KERNEL_AUX_LOSS_FWD] = {"moegen_aux_loss_fwd", MOEGEN_UNIT_ROUTER_TRAIN},
     [MOEGEN_KERNEL_AUX_LOSS_BWD] = {"moegen_aux_loss_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
+    [MOEGEN_KERNEL_GEMM1_DGRAD] = {"moegen_gemm1_dgrad", MOEGEN_UNIT_GEMM_TRAIN},
+    [MOEGEN_KERNEL_GEMM2_DGRAD] = {"moegen_gemm2_dgrad", MOEGEN_UNIT_GEMM_TRAIN},
+    [MOEGEN_KERNEL_GEMM1_WGRAD] = {"moegen_gemm1_wgrad", MOEGEN_UNIT_GEMM_TRAIN},
+    [MOEGEN_KERNEL_GEMM2_WGRAD] = {"moegen_gemm2_wgrad", MOEGEN_UNIT_GEMM_TRAIN},
+    [MOEGEN_KERNEL_GEMM1_FWD_GLU] = {"moegen_gemm1_fwd_glu", MOEGEN_UNIT_GEMM},
+    [MOEGEN_KERNEL_GEMM2_DGRAD_GLU] = {"moegen_gemm2_dgrad_glu", MOEGEN_UNIT_GEMM_TRAIN},
+    [MOEGEN_KERNEL_PERMUTE_ROUTES] = {"moegen_permute_routes", MOEGEN_UNIT_PERMUTE},
+    [MOEGEN_KERNEL_PERMUTE_RANK] = {"moegen_permute_rank", MOEGEN_UNIT_PERMUTE},
+    [MOEGEN_KERNEL_PERMUTE_ROWS] = {"moegen_permute_rows", MOEGEN_UNIT_PERMUTE},
+    [MOEGEN_KERNEL_UNPERMUTE] = {"moegen_unpermute", MOEGEN_UNIT_PERMUTE},
+    [MOEGEN_KERNEL_UNPERMUTE_BWD] = {"moegen_unpermute_bwd", MOEGEN_UNIT_PERMUTE},
+    [MOEGEN_KERNEL_SORT_CHUNKS] = {"moegen_sort_chunks", MOEGEN_UNIT_PERMUTE},
 };
 
 struct moegen_module {
@@ -417,6 +429,15 @@ static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *
     const moegen_gemm_kernel_plan *g = id == MOEGEN_KERNEL_GEMM1_FWD ? &img->gemm.gemm1 : &img->gemm.gemm2;
     *threads = (unsigned)g->threads;
     *smem = (unsigned)g->smem_bytes;
+    return 1;
+  }
+  if (id >= MOEGEN_KERNEL_PERMUTE_ROUTES && id <= MOEGEN_KERNEL_SORT_CHUNKS &&
+      img->permute.experts > 0) {
+    const moegen_permute_plan *p = &img->permute;
+    *threads = (unsigned)(id <= MOEGEN_KERNEL_PERMUTE_RANK ? p->tile_tokens
+                          : id == MOEGEN_KERNEL_UNPERMUTE || id == MOEGEN_KERNEL_UNPERMUTE_BWD
+                              ? p->gather_threads : p->copy_threads);
+    *smem = 0;
     return 1;
   }
   return 0;

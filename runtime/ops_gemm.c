@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "module.h"
+#include "tma.h"
 
 /* The plan of GEMM `which`, or NULL if which is not 1 or 2. */
 static const moegen_gemm_kernel_plan *kernel_plan(const moegen_image *img, moegen_gemm_id which) {
@@ -59,18 +60,6 @@ static moegen_status check_args(moegen_module *m, const moegen_gemm_fwd_args *a)
   return MOEGEN_OK;
 }
 
-/* Encodes a bf16 tensor map with the 128-byte swizzle (box[0] * 2 = 128). */
-static moegen_status encode(moegen_module *m, CUtensorMap *map, const void *base, unsigned rank,
-                            const unsigned long long *dims, const unsigned long long *strides,
-                            const unsigned *box, const char *what) {
-  static const unsigned ones[3] = {1, 1, 1};
-  CUresult r = moegen_module_driver(m)->cuTensorMapEncodeTiled(
-      map, MOEGEN_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, dims, strides, box, ones,
-      MOEGEN_CU_TENSOR_MAP_INTERLEAVE_NONE, MOEGEN_CU_TENSOR_MAP_SWIZZLE_128B,
-      MOEGEN_CU_TENSOR_MAP_L2_PROMOTION_L2_256B, MOEGEN_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
-}
-
 moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   moegen_status st = check_args(m, a);
@@ -80,13 +69,11 @@ moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, C
   const unsigned long long E = (unsigned long long)img->gemm.experts;
   const unsigned long long N = (unsigned long long)p->n, K = (unsigned long long)p->k;
   CUtensorMap mx, mw;
-  const unsigned long long xdims[2] = {K, (unsigned long long)a->max_rows}, xstrides[1] = {2 * K};
-  const unsigned xbox[2] = {(unsigned)p->bk, (unsigned)p->bm};
-  st = encode(m, &mx, a->x, 2, xdims, xstrides, xbox, "gemm_fwd: cuTensorMapEncodeTiled(x)");
-  if (st != MOEGEN_OK) return st;
-  const unsigned long long wdims[3] = {K, N, E}, wstrides[2] = {2 * K, 2 * K * N};
-  const unsigned wbox[3] = {(unsigned)p->bk, (unsigned)p->bn, 1};
-  st = encode(m, &mw, a->w, 3, wdims, wstrides, wbox, "gemm_fwd: cuTensorMapEncodeTiled(w)");
+  st = moegen_tma_2d(m, &mx, a->x, a->max_rows, (long long)K, (unsigned)p->bm, (unsigned)p->bk,
+                     "gemm_fwd: cuTensorMapEncodeTiled(x)");
+  if (st == MOEGEN_OK)
+    st = moegen_tma_3d(m, &mw, a->w, (long long)E, (long long)N, (long long)K, (unsigned)p->bn,
+                       (unsigned)p->bk, "gemm_fwd: cuTensorMapEncodeTiled(w)");
   if (st != MOEGEN_OK) return st;
 
   moegen_kernel_id id = a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_FWD : MOEGEN_KERNEL_GEMM2_FWD;

@@ -6,7 +6,8 @@
 #include <string.h>
 
 const char *moegen_unit_name(moegen_unit u) {
-  static const char *const names[MOEGEN_UNIT_COUNT] = {"router", "router_train", "permute", "gemm"};
+  static const char *const names[MOEGEN_UNIT_COUNT] = {"router", "router_train", "permute", "gemm",
+                                                         "gemm_train"};
   return (unsigned)u < MOEGEN_UNIT_COUNT ? names[u] : "?";
 }
 

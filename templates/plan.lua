@@ -188,6 +188,45 @@ local function gemm_kernel_plan(N, K, E)
   }
 end
 
+-- Backward GEMMs and the SwiGLU forward (templates/grouped_gemm_bwd_sm90.cu.lt),
+-- same machinery and tile as the forward. n and k are the forward GEMM's N
+-- and K; bn tiles the k columns of the output of both backward kernels:
+--  * dgrad dX_e[m_e, k] = dY_e[m_e, n] W_e[n, k]: reduction n, W is read
+--    k-contiguous (MN-major B); rows tiled by bm as in the forward.
+--  * wgrad dW_e[n, k] = dY_e^T X_e: bm tiles n, the reduction is the expert's
+--    rows (run time); both operands MN-major. 512 more bytes of shared
+--    memory hold the bias-grad partial sums of the two consumers.
+--  * glu (gemm1 only): the forward with gate columns [0, F) and up columns
+--    [F, 2F) of one tile side by side (bn / 2 of each), act = silu(gate) * up.
+local GEMM_DB_BYTES = 512
+
+local function gemm_stages(E, bn, extra)
+  local stages = GEMM_MAX_STAGES
+  while gemm_smem(E, bn, stages) + extra > GEMM_SMEM_LIMIT do stages = stages - 1 end
+  return stages
+end
+
+local function gemm_bwd_kernel_plan(N, K, E, extra)
+  local p = gemm_kernel_plan(K, N, E) -- bn picked for the k output columns
+  p.n, p.k = N, K
+  p.stages = gemm_stages(E, p.bn, extra)
+  p.smem_bytes = gemm_smem(E, p.bn, p.stages) + extra
+  return p
+end
+
+local function gemm_glu_kernel_plan(F, H, E)
+  local bn, waste
+  for _, cand in ipairs({ 256, 192, 128 }) do
+    local w = (F + cand // 2 - 1) // (cand // 2) * (cand // 2) - F
+    if not bn or w < waste then bn, waste = cand, w end
+  end
+  local p = gemm_kernel_plan(2 * F, H, E)
+  p.bn = bn
+  p.stages = gemm_stages(E, bn, 0)
+  p.smem_bytes = gemm_smem(E, bn, p.stages)
+  return p
+end
+
 local function gemm_plan()
   local E, H, F = cfg.experts, cfg.hidden, cfg.ffn
   -- TMA needs 16-byte row strides (K % 8) and the epilogue stores column
@@ -198,7 +237,62 @@ local function gemm_plan()
     supported = ok and 1 or 0,
     gemm1 = gemm_kernel_plan(2 * F, H, E),
     gemm2 = gemm_kernel_plan(H, F, E),
+    gemm1_dgrad = gemm_bwd_kernel_plan(2 * F, H, E, 0),
+    gemm2_dgrad = gemm_bwd_kernel_plan(H, F, E, 0),
+    gemm1_wgrad = gemm_bwd_kernel_plan(2 * F, H, E, GEMM_DB_BYTES),
+    gemm2_wgrad = gemm_bwd_kernel_plan(H, F, E, GEMM_DB_BYTES),
+    gemm1_glu = gemm_glu_kernel_plan(F, H, E),
   }
 end
 
-return { router = router_plan(), router_bwd = router_bwd_plan(), aux = aux_plan(), gemm = gemm_plan() }
+-- Token permutation (templates/permute.cu.lt): an index phase (per-tile
+-- histograms, then counts + capacity + padded offsets + every route's row)
+-- and row kernels that move 16-byte vectors.
+--
+-- Napkin math, DeepSeek-V3 at T = 16384 (H = 7168 bf16 = 896 vectors per
+-- row, K = 8) on an H200 (4.8 TB/s HBM, ~4.2 TB/s device copy, 132 SMs):
+--  * permute moves T*H*2 (read once) + T*K*H*2 (K copies) = 2.11 GB: 0.50 ms
+--    at copy bandwidth, so 85% is 0.59 ms; unpermute the same bytes.
+--  * in flight: HBM latency ~0.8 us x 4.2 TB/s = 3.4 MB over 132 SMs =
+--    25 KB per SM. A copy group of 128 threads holds 7 vectors (112 B) per
+--    thread: with >= 4 resident 256-thread blocks per SM that is >= 114 KB.
+--    The combine loads K = 8 vectors per thread per step (128 B).
+--  * the index phase reads T*K*4 = 512 KB of indices twice and writes the
+--    512 KB row map (+ 512 KB of probs): ~1.5 MB over >= 32 blocks, each
+--    kernel ~2-3 us, launch-bound: < 1.5% of the copy. The rank kernel's
+--    block sums tiles x E histogram entries (32 x 256 at T = 16384).
+--    One kernel fewer would need a grid-wide barrier (offsets need every
+--    tile's counts), which is unsafe with concurrent streams; so three.
+--  * no atomics on the data path: ranks come from per-tile bitmasks in
+--    shared memory (popcounts), so rows are deterministic.
+local function permute_plan()
+  local E, K, H = cfg.experts, cfg.topk, cfg.hidden
+  local esize = dtype_bytes[cfg.dtype] or 2
+  local ok = H % 8 == 0
+  local nv = ok and H * esize // 16 or 1
+  -- tile: the rank kernel's shared memory is E * (12 + 6 * TILE / 32) bytes
+  local tile = 512
+  while tile > 32 and E * (12 + 6 * tile // 32) > 44 * 1024 do tile = tile // 2 end
+  -- copy group: the fewest threads per row with <= 8 vectors each
+  local cg = 1
+  while cg < 128 and (nv + cg - 1) // cg > 8 do cg = cg * 2 end
+  return {
+    supported = ok and 1 or 0,
+    experts = E,
+    topk = K,
+    hidden = H,
+    row_vecs = nv,
+    tile_tokens = tile,
+    map_vec = pow2_dividing(16, E),
+    copy_threads = 256,
+    copy_group = cg,
+    copy_iters = (nv + cg - 1) // cg,
+    gather_threads = 256,
+    gather_group = math.min(32, pow2_ceil(nv)),
+    gather_unroll = K >= 4 and 1 or 2, -- combine steps in flight: >= 4 row loads each
+    zero_chunk = 16,
+    max_chunks = 2048,
+  }
+end
+
+return { router = router_plan(), router_bwd = router_bwd_plan(), aux = aux_plan(), gemm = gemm_plan(), permute = permute_plan() }

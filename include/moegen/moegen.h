@@ -41,6 +41,7 @@ typedef struct moegen_sources {
   moegen_router_bwd_plan router_bwd;
   moegen_aux_plan aux;
   moegen_gemm_plan gemm;
+  moegen_permute_plan permute;
   char *config_lua;         /* the config as a Lua table */
   char *command_line;       /* opt->command_line, made safe to put inside a C comment */
 } moegen_sources;

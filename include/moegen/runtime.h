@@ -100,7 +100,26 @@ typedef struct moegen_gemm_plan {
   int experts;      /* E */
   int supported;    /* 1 if the module holds the kernels (sm_90a, H and F multiples of 8) */
   moegen_gemm_kernel_plan gemm1, gemm2;
+  /* Backward and fused-epilogue kernels (templates/grouped_gemm_bwd_sm90.cu.lt):
+   * n, k are the forward GEMM's N and K; bn tiles the output's k columns
+   * (dgrad dx [rows, k], wgrad dw [E, n, k]); gemm1_glu is gemm1 with the
+   * SwiGLU epilogue (bn / 2 gate and bn / 2 up columns per tile). */
+  moegen_gemm_kernel_plan gemm1_dgrad, gemm2_dgrad, gemm1_wgrad, gemm2_wgrad, gemm1_glu;
 } moegen_gemm_plan;
+
+/* Launch plan of the permutation kernels (templates/plan.lua, permute.cu.lt). */
+typedef struct moegen_permute_plan {
+  int experts;        /* E; 0: the module has no permute kernels (H not a multiple of 8) */
+  int topk;           /* K */
+  int hidden;         /* H */
+  int tile_tokens;    /* tokens per block of the index kernels (one thread each) */
+  int copy_threads;   /* block size of the row-copy kernels (permute rows, chunk sort) */
+  int copy_group;     /* threads per row in them */
+  int gather_threads; /* block size of the combine kernels (unpermute and backwards) */
+  int gather_group;   /* threads per token in them (<= 32) */
+  int zero_chunk;     /* rows per tail unit of the zero-row pass */
+  int max_chunks;     /* most chunks moegen_sort_chunks takes */
+} moegen_permute_plan;
 
 /* Compile units. A module's kernels are compiled, cached and loaded in
  * independent units, each on the first use of one of its kernels, so a
@@ -110,8 +129,9 @@ typedef struct moegen_gemm_plan {
 typedef enum moegen_unit {
   MOEGEN_UNIT_ROUTER = 0,   /* router forward */
   MOEGEN_UNIT_ROUTER_TRAIN, /* what training adds: router backward, aux-loss scores and loss */
-  MOEGEN_UNIT_PERMUTE,    /* permute, unpermute, chunk sort */
-  MOEGEN_UNIT_GEMM,       /* grouped GEMMs */
+  MOEGEN_UNIT_PERMUTE,      /* permute, unpermute, chunk sort */
+  MOEGEN_UNIT_GEMM,         /* grouped GEMM forward (plain and with the SwiGLU epilogue) */
+  MOEGEN_UNIT_GEMM_TRAIN,   /* what training adds: grouped GEMM dgrad, wgrad, SwiGLU backward */
   MOEGEN_UNIT_COUNT
 } moegen_unit;
 
@@ -135,6 +155,7 @@ typedef struct moegen_image {
   moegen_router_bwd_plan router_bwd;
   moegen_aux_plan aux;
   moegen_gemm_plan gemm;
+  moegen_permute_plan permute;
 } moegen_image;
 
 /* ---------------------------------------------------------------- modules */
@@ -162,7 +183,7 @@ moegen_status moegen_module_load(moegen_module *m);
  * kernels of unit u. */
 moegen_status moegen_module_load_unit(moegen_module *m, moegen_unit u);
 
-/* "router", "router_train", "permute", "gemm"; "?" for anything else. */
+/* "router", "router_train", "permute", "gemm", "gemm_train"; "?" for anything else. */
 const char *moegen_unit_name(moegen_unit u);
 
 void moegen_module_destroy(moegen_module *m);
@@ -432,6 +453,336 @@ typedef struct moegen_gemm_fwd_args {
  * no host sync, graph-capturable. NOT_SUPPORTED as for the shape function. */
 moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *args,
                               CUstream stream);
+
+/* ---------------------------------------------------------------- grouped GEMM backward, SwiGLU */
+
+/* Shapes and workspace of the backward ops of GEMM `which` (N, K as in
+ * moegen_gemm_fwd_shape) for at most max_rows rows. Pure; NOT_SUPPORTED as
+ * for the forward. */
+typedef struct moegen_gemm_bwd_shape {
+  int64_t dy[2];          /* [max_rows, N]  bf16 */
+  int64_t w[3];           /* [E, N, K]      bf16 */
+  int64_t x[2];           /* [max_rows, K]  bf16 */
+  int64_t dx[2];          /* [max_rows, K]  bf16 */
+  int64_t dw[3];          /* [E, N, K]      bf16 (or fp32 with accumulate) */
+  int64_t db[2];          /* [E, N]         fp32 */
+  int64_t counts[1];      /* [E]            int32 (or offsets [E + 1] int32) */
+  size_t workspace_bytes; /* 0: no scratch */
+} moegen_gemm_bwd_shape;
+
+moegen_status moegen_gemm_bwd_shape_of(const moegen_image *image, moegen_gemm_id which,
+                                       int64_t max_rows, moegen_gemm_bwd_shape *shape);
+
+/* Grouped GEMM data gradient (device pointers, 16-byte aligned; rows of
+ * expert e as in moegen_gemm_fwd_args). */
+typedef struct moegen_gemm_dgrad_args {
+  moegen_gemm_id which;   /* MOEGEN_GEMM1 or MOEGEN_GEMM2 */
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 is a no-op */
+  const void *dy;         /* in  [max_rows, N] bf16, rows grouped by expert */
+  const void *w;          /* in  [E, N, K] bf16 (the forward's weight, not transposed) */
+  void *dx;               /* out [max_rows, K] bf16: dx_e = dy_e w_e, fp32 accumulation */
+  const int32_t *counts;  /* in  [E] int32 device, or NULL */
+  const int32_t *offsets; /* in  [E + 1] int32 device, or NULL (exactly one of the two) */
+} moegen_gemm_dgrad_args;
+
+/* dgrad: dx_e = dy_e w_e for every expert (SPEC.md 5, cuBLAS "NN").
+ * Buffer contract: reads dy, w, counts/offsets; writes exactly the rows of
+ * dx that belong to an expert (below max_rows); mutates nothing else. One
+ * kernel on `stream`, no host sync, graph-capturable. */
+moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *args,
+                                CUstream stream);
+
+/* Grouped GEMM weight (and bias) gradient. */
+typedef struct moegen_gemm_wgrad_args {
+  moegen_gemm_id which;   /* MOEGEN_GEMM1 or MOEGEN_GEMM2 */
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0: every expert is empty */
+  const void *dy;         /* in  [max_rows, N] bf16, rows grouped by expert */
+  const void *x;          /* in  [max_rows, K] bf16 (the forward's input) */
+  void *dw;               /* out [E, N, K]: bf16 dw_e = dy_e^T x_e (accumulate = 0), or
+                           * in/out fp32 main_grad dw_e += dy_e^T x_e (accumulate = 1) */
+  float *db;              /* out [E, N] fp32 column sums of dy_e (= or += as dw), or NULL */
+  int accumulate;         /* 0 or 1 */
+  const int32_t *counts;  /* in  [E] int32 device, or NULL */
+  const int32_t *offsets; /* in  [E + 1] int32 device, or NULL (exactly one of the two) */
+} moegen_gemm_wgrad_args;
+
+/* wgrad: dw_e = dy_e^T x_e and db_e = sum over the expert's rows of dy_e
+ * (SPEC.md 5, "NT"; fp32 accumulation over the m_e rows read from the
+ * device). Buffer contract: reads dy, x, counts/offsets; accumulate = 0
+ * writes all of dw and db (an expert with no rows gets zeros); accumulate =
+ * 1 adds into dw and db in place (an expert with no rows leaves them
+ * untouched). Rows of dy and x outside every expert are never read into a
+ * sum. One kernel on `stream`, no host sync, graph-capturable. */
+moegen_status moegen_gemm_wgrad(moegen_module *m, const moegen_gemm_wgrad_args *args,
+                                CUstream stream);
+
+/* gemm1 forward with the fused SwiGLU epilogue. With h = x_e w_e^T + b_e
+ * ([rows, 2F], fp32 accumulation), gate = h[:, :F] and up = h[:, F:] (the
+ * order of torch.chunk(h, 2, -1) and TE's swiglu): act = silu(gate) * up *
+ * prob[row]. */
+typedef struct moegen_gemm_glu_args {
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 is a no-op */
+  const void *x;          /* in  [max_rows, H] bf16, rows grouped by expert */
+  const void *w;          /* in  [E, 2F, H] bf16: rows [0, F) gate, [F, 2F) up */
+  const void *bias;       /* in  [E, 2F] bf16, or NULL (no bias) */
+  const float *prob;      /* in  [max_rows] fp32 per-row scale of act, or NULL (1) */
+  void *act;              /* out [max_rows, F] bf16 */
+  void *h;                /* out [max_rows, 2F] bf16 pre-activation (bias added), or NULL */
+  const int32_t *counts;  /* in  [E] int32 device, or NULL */
+  const int32_t *offsets; /* in  [E + 1] int32 device, or NULL (exactly one of the two) */
+} moegen_gemm_glu_args;
+
+/* Buffer contract: reads x, w, bias, prob, counts/offsets; writes exactly
+ * the expert rows (below max_rows) of act and h; mutates nothing else. One
+ * kernel, no host sync, graph-capturable. */
+moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args *args,
+                                   CUstream stream);
+
+/* gemm2 dgrad fused with the SwiGLU backward: dact = dy_e w2_e ([rows, F],
+ * fp32), then from the h saved by moegen_gemm1_fwd_glu (gate g, up u):
+ * dh[:, :F] = dact * prob * u * silu'(g), dh[:, F:] = dact * prob * silu(g),
+ * and dprob[row] += sum_f dact * silu(g) * u. */
+typedef struct moegen_gemm_dglu_args {
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 is a no-op */
+  const void *dy;         /* in  [max_rows, H] bf16: the gradient of gemm2's output */
+  const void *w;          /* in  [E, H, F] bf16: gemm2's weight */
+  const void *h;          /* in  [max_rows, 2F] bf16 pre-activation (moegen_gemm_glu_args.h) */
+  const float *prob;      /* in  [max_rows] fp32 as given to the forward, or NULL (1) */
+  void *dh;               /* out [max_rows, 2F] bf16: the gradient of h (gemm1's dy) */
+  float *dprob;           /* in/out [max_rows] fp32, += (the caller zeroes it), or NULL */
+  const int32_t *counts;  /* in  [E] int32 device, or NULL */
+  const int32_t *offsets; /* in  [E + 1] int32 device, or NULL (exactly one of the two) */
+} moegen_gemm_dglu_args;
+
+/* Buffer contract: reads dy, w, h, prob, counts/offsets; writes exactly the
+ * expert rows (below max_rows) of dh; adds into the expert rows of dprob
+ * (fp32 atomics, one per row and column tile: the summation order, and so
+ * the last bits of dprob, may vary run to run). One kernel, no host sync,
+ * graph-capturable. */
+moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_args *args,
+                                     CUstream stream);
+
+/* ---------------------------------------------------------------- permutation (SPEC.md 4) */
+
+/* Row layout of a permutation (what moegen_permute_fwd writes and every
+ * later permutation op reads):
+ *  - rows [R, H]: expert-major, token order kept inside each expert; expert
+ *    e owns rows [offsets[e], offsets[e+1]); its first counts[e] rows are
+ *    routes (the kept ones, in token order), the rest (fewer than align) are
+ *    zero pad rows; rows [offsets[E], R) are zero too.
+ *  - row_map [T, K] int32: row_map[t, k] = the row of route (t, k), or -1 if
+ *    the route was dropped (capacity) or does not exist. Slot k is the k-th
+ *    entry of topk_indices, or for a bytemap the token's k-th selected
+ *    expert in ascending id order. (TE's index-map row_id_map is its
+ *    transpose [K, T].)
+ *  - R = moegen_permute_shape.rows[0], a host bound: T*K + E*(align - 1),
+ *    or less with a capacity (E * roundup(capacity, align)).
+ * offsets feed moegen_gemm_fwd_args.offsets directly. */
+
+/* Shapes and workspace of moegen_permute_fwd for T tokens. Pure. align: 1
+ * (no padding) or a power of two <= 128; capacity: 0 (none) or > 0. */
+typedef struct moegen_permute_shape {
+  int64_t rows[2];           /* [R, H]  x dtype */
+  int64_t permuted_probs[1]; /* [R]     fp32 */
+  int64_t row_map[2];        /* [T, K]  int32 */
+  int64_t offsets[1];        /* [E + 1] int32 */
+  int64_t counts[1];         /* [E]     int32 */
+  size_t workspace_bytes;    /* per-tile histograms: max(1, ceil(T / tile_tokens)) * E * 4 */
+} moegen_permute_shape;
+
+moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tokens, int align,
+                                      int capacity, moegen_permute_shape *shape);
+
+/* Permute forward arguments (device pointers, 16-byte aligned). The routing
+ * is exactly one of topk_indices and routing_map. */
+typedef struct moegen_permute_args {
+  int64_t num_tokens;          /* T >= 0; T*K + E*align <= INT32_MAX */
+  int dtype;                   /* moegen_dtype of x and rows (fp32, bf16, fp16) */
+  const void *x;               /* in  [T, H] tokens, or NULL when rows is NULL */
+  const int32_t *topk_indices; /* in  [T, K] int32 distinct expert ids per token (ids
+                                * outside [0, E) are no route), or NULL */
+  const uint8_t *routing_map;  /* in  [T, E] bytemap (nonzero = routed; at most K per token
+                                * are used, the lowest ids), or NULL */
+  const float *probs;          /* in  [T, K] fp32 with topk_indices, [T, E] fp32 with
+                                * routing_map; or NULL */
+  const int32_t *expert_counts; /* in [E] int32: routes per expert of this routing (the
+                                * router's fused counts), or NULL (counted here). Unchecked:
+                                * a wrong count drops routes but never writes past R */
+  int align;                   /* 1 or a power of two <= 128 (16, 32, 128: FP8 recipes) */
+  int capacity;                /* routes kept per expert, earliest tokens first; 0 = all */
+  void *rows;                  /* out [R, H] permuted rows, every row below R written; or
+                                * NULL (index outputs only) */
+  float *permuted_probs;       /* out [R] fp32 probs of the rows (0 on pad rows), or NULL */
+  int32_t *row_map;            /* out [T, K] (see above) */
+  int32_t *offsets;            /* out [E + 1] padded row offsets (offsets[0] = 0) */
+  int32_t *counts;             /* out [E] kept routes per expert (tokens_per_expert) */
+  int32_t *num_dropped;        /* out [1] routes dropped by the capacity, or NULL */
+  void *workspace;             /* scratch of moegen_permute_shape_of's size, 16-byte aligned */
+  size_t workspace_bytes;
+} moegen_permute_args;
+
+/* moe_permute (SPEC.md 4a, 4c, 4e) without a host sync: counts, offsets and
+ * rows are computed on the device, padding to `align` and capacity dropping
+ * included. Deterministic (no atomics decide a row). Buffer contract: reads
+ * x, the routing, probs, expert_counts; writes every element of each non-NULL
+ * output; clobbers the workspace. Three kernels on `stream` (histograms,
+ * ranks, rows); graph-capturable. */
+moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *args,
+                                 CUstream stream);
+
+/* Combine arguments (moegen_unpermute_fwd; also the permute backward). */
+typedef struct moegen_unpermute_args {
+  int64_t num_tokens;          /* T >= 0 */
+  int dtype;                   /* moegen_dtype of rows and out */
+  const void *rows;            /* in  [R, H] (any R the row map points into) */
+  const int32_t *row_map;      /* in  [T, K] from moegen_permute_fwd */
+  const float *merging_probs;  /* in  [T, K] fp32 slot-aligned weights, or NULL (1) */
+  void *out;                   /* out [T, H] */
+} moegen_unpermute_args;
+
+/* moe_unpermute (SPEC.md 4b/4e): out[t] = sum_k w[t,k] rows[row_map[t,k]]
+ * over the routes with a row (k ascending, fp32 fma, one rounding to dtype);
+ * pad rows are never read. Buffer contract: reads rows, row_map, probs;
+ * writes all of out. One kernel; graph-capturable. */
+moegen_status moegen_unpermute_fwd(moegen_module *m, const moegen_unpermute_args *args,
+                                   CUstream stream);
+
+/* Permute backward arguments. */
+typedef struct moegen_permute_bwd_args {
+  int64_t num_tokens;          /* T >= 0 */
+  int dtype;                   /* moegen_dtype of grad_rows and grad_x */
+  const void *grad_rows;       /* in  [R, H] grad of the permuted rows */
+  const int32_t *row_map;      /* in  [T, K] */
+  void *grad_x;                /* out [T, H] sum_k grad_rows[row_map[t,k]] (fp32), or NULL */
+  const float *grad_permuted_probs; /* in [R] fp32, or NULL (no probs grad) */
+  const uint8_t *routing_map;  /* in  [T, E] the forward's bytemap, or NULL (indices) */
+  float *grad_probs;           /* out [T, K] fp32 (indices) or [T, E] (bytemap, 0 off the
+                                * routes): grad_permuted_probs at the route's row, 0 for
+                                * dropped routes; or NULL */
+} moegen_permute_bwd_args;
+
+/* Backward of moegen_permute_fwd (SPEC.md 4a/4e): the combine without probs
+ * plus the probs-grad gather. Buffer contract: reads the inputs; writes all
+ * of grad_x and grad_probs. One or two kernels; graph-capturable. */
+moegen_status moegen_permute_bwd(moegen_module *m, const moegen_permute_bwd_args *args,
+                                 CUstream stream);
+
+/* Unpermute backward arguments. */
+typedef struct moegen_unpermute_bwd_args {
+  int64_t num_tokens;          /* T >= 0 */
+  int64_t num_rows;            /* R: rows of grad_rows (moegen_permute_shape.rows[0]) */
+  int dtype;                   /* moegen_dtype of grad_out, rows, grad_rows */
+  const void *grad_out;        /* in  [T, H] */
+  const int32_t *row_map;      /* in  [T, K] */
+  const int32_t *offsets;      /* in  [E + 1] from moegen_permute_fwd */
+  const int32_t *counts;       /* in  [E] from moegen_permute_fwd */
+  const float *merging_probs;  /* in  [T, K] fp32 as given to the forward, or NULL */
+  const void *rows;            /* in  [R, H] the forward's rows (required with grad_probs) */
+  void *grad_rows;             /* out [R, H]: w[t,k] grad_out[t] at route rows (a bit copy
+                                * without probs), zeros on every other row below R */
+  float *grad_probs;           /* out [T, K] fp32 dot(grad_out[t], rows[row]) (fp32), 0 for
+                                * routes without a row; or NULL */
+} moegen_unpermute_bwd_args;
+
+/* Backward of moegen_unpermute_fwd (SPEC.md 4b/4e). Buffer contract: reads
+ * the inputs; writes every row of grad_rows below R and all of grad_probs.
+ * One kernel; graph-capturable. */
+moegen_status moegen_unpermute_bwd(moegen_module *m, const moegen_unpermute_bwd_args *args,
+                                   CUstream stream);
+
+/* Chunk sort arguments (moe_sort_chunks_by_index, SPEC.md 4f). */
+typedef struct moegen_sort_chunks_args {
+  int64_t num_rows;            /* N >= 0 rows of in and out (>= sum of split_sizes) */
+  int dtype;                   /* moegen_dtype of in and out */
+  int num_chunks;              /* S, 0 <= S <= moegen_permute_plan.max_chunks */
+  const int32_t *split_sizes;  /* in  [S] int32 device: rows per chunk, input order */
+  const int32_t *sorted_index; /* in  [S] int32 device: a permutation of [0, S) */
+  const void *in;              /* in  [N, H] */
+  void *out;                   /* out [N, H] */
+  const float *probs;          /* in  [N] fp32, or NULL */
+  float *out_probs;            /* out [N] fp32, or NULL (needs probs) */
+  int32_t *row_map;            /* out [N] int32 destination row of each input row (forward
+                                * only), or NULL */
+  int backward;                /* 0: out[dst(p)] = in[p]; 1: out[p] = in[dst(p)] */
+} moegen_sort_chunks_args;
+
+/* The output is the chunks in the order sorted_index[0], sorted_index[1],
+ * ...; rows past the chunks map to themselves. Buffer contract: reads the
+ * inputs; writes all N rows of out (and out_probs, row_map). One kernel;
+ * graph-capturable. Values are not checked (a non-permutation leaves rows
+ * unwritten but never writes outside [0, N)). */
+moegen_status moegen_sort_chunks(moegen_module *m, const moegen_sort_chunks_args *args,
+                                 CUstream stream);
+
+/* ---------------------------------------------------------------- the MoE layer */
+
+/* Shapes of the layer ops for up to max_tokens tokens (all bf16 but the
+ * logits, which are the config's logits dtype). The forward keeps what the
+ * backward needs in `saved`; both use `workspace` as scratch. Pure. */
+typedef struct moegen_layer_shape {
+  int64_t x[2];           /* [T, H]     bf16 input tokens (and dx) */
+  int64_t logits[2];      /* [T, E]     router logits (and dlogits) */
+  int64_t w1[3];          /* [E, 2F, H] bf16 gate (rows [0, F)) and up ([F, 2F)) (and dw1) */
+  int64_t w2[3];          /* [E, H, F]  bf16 down projection (and dw2) */
+  int64_t y[2];           /* [T, H]     bf16 output (and dy) */
+  int64_t rows;           /* permuted rows: max_tokens * K */
+  size_t saved_bytes;     /* forward -> backward state, 256-byte aligned */
+  size_t workspace_bytes; /* scratch of either op, 256-byte aligned */
+} moegen_layer_shape;
+
+moegen_status moegen_layer_shape_of(const moegen_image *image, int64_t max_tokens,
+                                    moegen_layer_shape *shape);
+
+/* Layer forward arguments (device pointers). */
+typedef struct moegen_layer_fwd_args {
+  int64_t num_tokens;        /* T, 0 <= T <= max_tokens; 0 is a no-op */
+  int64_t max_tokens;        /* the bound saved and workspace were sized for */
+  const void *x;             /* in  [T, H] bf16 */
+  const void *logits;        /* in  [T, E] logits dtype */
+  const float *expert_bias;  /* in  [E] fp32; required iff the config has expert_bias */
+  const void *w1;            /* in  [E, 2F, H] bf16 */
+  const void *w2;            /* in  [E, H, F] bf16 */
+  void *y;                   /* out [T, H] bf16: sum_k w[t,k] (silu(g) * u) w2_e^T */
+  void *saved;               /* out saved_bytes: state for moegen_layer_bwd */
+  size_t saved_bytes;
+  void *workspace;           /* scratch, workspace_bytes */
+  size_t workspace_bytes;
+} moegen_layer_fwd_args;
+
+/* MoE layer forward: router (the config's score function, groups, bias,
+ * scaling) -> permute (expert-major rows, counts and offsets on the device)
+ * -> GEMM1 with the SwiGLU epilogue, each row scaled by its route weight ->
+ * GEMM2 -> unpermute (sum over the token's routes). Shared experts are the
+ * caller's. Buffer contract: reads the inputs; writes y and saved; clobbers
+ * workspace. Nine launches on `stream`, no host sync, graph-capturable. */
+moegen_status moegen_layer_fwd(moegen_module *m, const moegen_layer_fwd_args *args,
+                               CUstream stream);
+
+/* Layer backward arguments (device pointers). */
+typedef struct moegen_layer_bwd_args {
+  int64_t num_tokens;        /* T of the forward that wrote saved */
+  int64_t max_tokens;        /* as in the forward */
+  const void *dy;            /* in  [T, H] bf16 gradient of y */
+  const void *w1;            /* in  [E, 2F, H] bf16, as in the forward */
+  const void *w2;            /* in  [E, H, F] bf16, as in the forward */
+  const void *saved;         /* in  the forward's saved */
+  size_t saved_bytes;
+  void *dx;                  /* out [T, H] bf16 */
+  void *dlogits;             /* out [T, E] logits dtype */
+  void *dw1;                 /* out [E, 2F, H]: bf16 (accumulate = 0) or fp32 += (1) */
+  void *dw2;                 /* out [E, H, F]: as dw1 */
+  int accumulate;            /* 0: write bf16 weight grads; 1: add into fp32 main_grad */
+  void *workspace;           /* scratch, workspace_bytes */
+  size_t workspace_bytes;
+} moegen_layer_bwd_args;
+
+/* MoE layer backward: grads for x, the logits and both weight stacks (the
+ * expert bias gets none, as in TE). Buffer contract: reads dy, w1, w2,
+ * saved; writes dx, dlogits, dw1, dw2 (or adds into them); clobbers
+ * workspace. No host sync, graph-capturable. The route-weight gradient is
+ * summed with fp32 atomics, so dlogits' last bits may vary run to run. */
+moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *args,
+                               CUstream stream);
 
 #ifdef __cplusplus
 }

@@ -138,7 +138,7 @@ template <int W> __device__ __forceinline__ u64 seg_argmax(u64 k) {
   }
   return k;
 }
-#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 0 // router unit
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 0 // router
 // ---------------------------------------------------------------- router forward
 // Fused top-k router (SPEC.md section 1), specialized for:
 //   E = 256, K = 8, score = sigmoid,
@@ -577,7 +577,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   }
 }
 #endif
-#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 1 // router_train unit
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 1 // router_train
 // ---------------------------------------------------------------- router backward
 // Router backward (SPEC.md section 1, Backward), specialized for:
 //   E = 256, K = 8, score = sigmoid, scaling = 2.5
@@ -795,7 +795,7 @@ moegen_router_bwd(rbwd::BwdArgs a, int T, int index_dtype) {
   if (owned) store_row<logit_t, GVEC>(a.out + t * E, base, g);
 }
 #endif
-#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 1 // router_train unit
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 1 // router_train
 // ---------------------------------------------------------------- aux loss
 // Aux-loss helpers (SPEC.md section 2):
 //  - scores (2a): softmax / normalized sigmoid / normalized sqrtsoftplus over
@@ -1075,7 +1075,7 @@ moegen_aux_loss_bwd(aux::LossArgs a) {
   else loss_grad_of((float *)a.grad_probs, a.tpe, a.tpe_dtype, cc, a.grad_aux, a.n, a.cols);
 }
 #endif
-#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3 // gemm unit
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3 || MOEGEN_UNIT == 4 // gemm gemm_train
 // moegen prelude for sm_90a: PTX wrappers for the Hopper asynchronous
 // machinery (mbarrier, TMA, wgmma, setmaxnreg, fences). Only kernels rendered
 // for opt.arch == "sm_90a" include it; no toolkit headers.
@@ -1443,6 +1443,8 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
 }
 } // namespace ggemm
 
+// The kernels (the namespace above also serves the gemm_train unit).
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3 // gemm
 // gemm1: N = 4096, K = 7168.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM, BK], 128B swizzle
@@ -1463,4 +1465,1171 @@ moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM
                                                                    max_rows, smem);
 }
 
+#endif
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3 || MOEGEN_UNIT == 4 // gemm gemm_train
+// ---------------------------------------------------------------- grouped GEMM backward, SwiGLU forward (sm_90a)
+// The forward's machinery (persistent CTAs, a TMA producer warpgroup, two
+// wgmma consumer warpgroups of 64 rows each, the expert tables) for:
+//   dgrad dX_e = dY_e W_e      dY [rows, N], W [E, N, K], dX [rows, K]
+//   wgrad dW_e = dY_e^T X_e    dY [rows, N], X [rows, K], dW [E, N, K]
+//                              (bf16 out, or fp32 dW += ...), db_e = colsum dY_e
+//   glu   act = silu(gate) * up of h = X_e W_e^T (+ b_e), gate = h[:, :F],
+//         up = h[:, F:] (torch.chunk(2) order, as TE's swiglu), act *= prob[row]
+//   dglu  gemm2's dgrad with the SwiGLU backward in its epilogue: dact =
+//         dY_e W2_e, then dh = (dgate, dup) from the saved h and prob, and
+//         dprob[row] += sum_f dact * silu(gate) * up (fp32 atomics)
+// where N, K are the forward GEMM's. Plans (templates/plan.lua):
+//   moegen_gemm1_dgrad: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
+//   moegen_gemm2_dgrad: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
+//   moegen_gemm2_dgrad_glu: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
+//   moegen_gemm1_wgrad: N = 4096, K = 7168, tile 128x256x64, 4 stages, 200400 B smem
+//   moegen_gemm2_wgrad: N = 7168, K = 2048, tile 128x256x64, 4 stages, 200400 B smem
+//   moegen_gemm1_fwd_glu: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
+//
+// Shared-memory operand layouts. TMA writes every box with the 128-byte
+// swizzle: a box is lines of 128 bytes (64 bf16 of its inner dimension),
+// 16-byte chunk j of line r stored at chunk j ^ (r % 8), in 1024-byte atoms
+// of 8 lines; every box starts 1024-aligned, so the descriptor base offset
+// is 0 (PTX ISA 9.7.15.5.1.2, "Matrix Descriptor Format").
+//  * K-major (the reduction dim contiguous in memory: X, dY rows as A; W as
+//    B of the forward): a line is one row of the operand, 64 reduction
+//    values; descriptor SBO = 1024 (8-row groups), LBO unused (16),
+//    k16 step = +32 bytes; no transpose flag (wgmma_desc_sw128).
+//  * MN-major (the output dim contiguous: W in dgrad, dY and X in wgrad):
+//    a box is [BK = 64 reduction lines][64 output columns]; the 16-byte
+//    chunks are 8 consecutive M (or N) elements, a line holds 64 of them.
+//    In the PTX ISA's terms for MN-major swizzled layouts (9.7.15.5.1.2.1):
+//    LBO = offset from the first 64 M/N elements (128 bytes / 16 "rows" of
+//    128-bit elements) to the next 64 = the next box, BK * 128 = 8192 bytes;
+//    SBO = offset from the first 8 K "columns" to the next 8 = 8 lines =
+//    1024 bytes. A k16 step is 16 lines = +2048 bytes (atom-aligned, base
+//    offset stays 0). imm-trans-a / imm-trans-b = 1 selects M-/N-major.
+//    An m64 A operand is exactly one box; an nBN B operand is BN / 64 boxes
+//    at LBO steps.
+namespace ggemm_bwd {
+using ggemm::BM;
+using ggemm::BK;
+using ggemm::E;
+using ggemm::TABLE_BYTES;
+constexpr int CONSUMER_ROWS = ggemm::CONSUMER_ROWS;
+constexpr u32 BOX_BYTES = BK * 128; // one [64 lines][64 bf16] MN-major box
+constexpr int DB_BYTES = 512;       // wgrad: bias-grad partials, 64 floats per consumer
+enum Mode { DGRAD = 0, WGRAD = 1, GLU = 2, DGLU = 3 };
+struct __align__(8) f32x2 { float x, y; };
+
+// MN-major 128B-swizzle descriptor of boxes laid BOX_BYTES apart (see above).
+__device__ __forceinline__ u64 desc_mn_sw128(u32 addr) {
+  return (u64)((addr & 0x3ffff) >> 4) | ((u64)(BOX_BYTES >> 4) << 16) | ((u64)(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+// 16 zero bytes at a shared address.
+__device__ __forceinline__ void st_zero16(u32 addr) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
+}
+__device__ __forceinline__ float ld_bf16(u32 addr) {
+  u16 v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
+  return __uint_as_float((u32)v << 16);
+}
+// Makes this thread's generic-proxy shared writes visible to wgmma (async proxy).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Named barrier `id` over `count` threads (whole warps).
+__device__ __forceinline__ void bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ float bf16_lo(u32 v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
+__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+
+// D[64, BN] (+)= A[64, 16] B[BN, 16]^T with A M-major if TA, B N-major if
+// TB (accumulator layout as ggemm::Wgmma).
+template <int BN, int TA, int TB> struct Mma;
+template <> struct Mma<256, 0, 1> {
+  static constexpr int REGS = 128;
+  __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, "
+        "%88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, "
+        "%104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 1; }\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        , "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        , "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+        , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        , "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+        , "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        , "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+        , "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        , "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
+        , "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+        , "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
+        , "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b), "r"(scale_d));
+  }
+};
+template <> struct Mma<256, 1, 1> {
+  static constexpr int REGS = 128;
+  __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, "
+        "%88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, "
+        "%104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 1, 1; }\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        , "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        , "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+        , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        , "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+        , "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        , "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+        , "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        , "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
+        , "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+        , "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
+        , "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b), "r"(scale_d));
+  }
+};
+template <> struct Mma<256, 0, 0> {
+  static constexpr int REGS = 128;
+  __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, "
+        "%88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, "
+        "%104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0; }\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        , "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        , "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+        , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        , "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+        , "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        , "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+        , "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        , "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
+        , "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+        , "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
+        , "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b), "r"(scale_d));
+  }
+};
+
+// What the epilogues write (kernel parameters, by mode).
+struct Out {
+  void *y;            // DGRAD dX bf16 [rows, K]; WGRAD dW [E, N, K] (bf16, or fp32 if accumulate);
+                      // GLU act bf16 [rows, N / 2]
+  void *aux;          // WGRAD db fp32 [E, N] or null; GLU h bf16 [rows, N] (pre-activation) or null
+  const bf16_t *bias; // GLU b bf16 [E, N] or null
+  const float *prob;  // GLU prob fp32 [rows] or null
+  int accumulate;     // WGRAD: 1 = dW, db fp32 +=, 0 = dW bf16, db fp32 =
+  const bf16_t *h;    // DGLU: h bf16 [rows, 2K] saved by GLU (y is then dh [rows, 2K])
+  float *dprob;       // DGLU: dprob fp32 [rows] (+=), or null
+};
+
+// One wgrad tile: expert e, dW rows m0.. (of N), columns n0.. (of K).
+struct WTile {
+  int e, row0, rows, m0, n0, nt;
+};
+template <int N, int K, int BN>
+__device__ __forceinline__ WTile wdecode(int t, const int *rs) {
+  constexpr int MT = (N + BM - 1) / BM, NT = (K + BN - 1) / BN;
+  WTile w;
+  w.e = t / (MT * NT);
+  const int local = t - w.e * (MT * NT);
+  w.nt = local / MT;
+  w.m0 = (local - w.nt * MT) * BM;
+  w.n0 = w.nt * BN;
+  w.row0 = rs[w.e];
+  w.rows = rs[w.e + 1] - rs[w.e];
+  return w;
+}
+
+// The kernel body. N, K: the forward GEMM's; the output has C columns
+// (DGRAD, WGRAD: K; GLU: N / 2 act columns) tiled by BN (GLU: BN / 2 act
+// columns per tile, from BN / 2 gate and BN / 2 up rows of W).
+template <int MODE, int N, int K, int BN, int STAGES, int SMEM_BYTES>
+__device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t *mb, const Out &o,
+                                     const int *counts, const int *offsets, int max_rows, u8 *smem) {
+  constexpr int F = N / 2;                                    // GLU: act columns
+  constexpr int R = MODE == DGRAD || MODE == DGLU ? N : K;    // DGRAD, GLU: reduction (compile time)
+  constexpr int KT = (R + BK - 1) / BK;                       // k steps (DGRAD, GLU)
+  constexpr int CT = MODE == GLU ? (F + BN / 2 - 1) / (BN / 2) : (K + BN - 1) / BN; // column tiles
+  constexpr int MT = (N + BM - 1) / BM;                       // WGRAD: dW row tiles
+  constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+  constexpr int BAR_BYTES = 16 * STAGES;
+  constexpr int EXTRA = MODE == WGRAD ? DB_BYTES : 0;
+  static_assert(BN % 64 == 0 && BN <= 256, "wgmma N, 64-column MN-major boxes");
+  static_assert(N % 8 == 0 && K % 8 == 0, "16-byte rows (TMA strides, paired stores)");
+  static_assert(A_BYTES == 2 * BOX_BYTES && B_BYTES % BOX_BYTES == 0, "box tiling");
+  static_assert(SMEM_BYTES == TABLE_BYTES + EXTRA + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES),
+                "plan.lua gemm_smem");
+  static_assert(SMEM_BYTES <= 232448, "opt-in shared memory");
+  int *ts = reinterpret_cast<int *>(smem), *rs = ts + (E + 1), *scratch = rs + (E + 1);
+  float *dbs = reinterpret_cast<float *>(smem + TABLE_BYTES); // WGRAD: [2][64]
+  const u32 bars = smem_addr(smem) + TABLE_BYTES + EXTRA;     // full[STAGES], then empty[STAGES]
+  const u32 tiles = (bars + BAR_BYTES + 1023) & ~1023u;
+  const u32 sa = tiles, sb = tiles + STAGES * A_BYTES;
+  const int tid = threadIdx.x;
+
+  ggemm::build_tables(counts, offsets, ts, rs, scratch);
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (STAGES + s), ggemm::RELEASES);
+    }
+    mbar_init_fence();
+    tma_prefetch_map(ma);
+    tma_prefetch_map(mb);
+  }
+  __syncthreads();
+  const int total = MODE == WGRAD ? E * MT * CT : ts[E] * CT;
+  const int wg = tid / 128;
+
+  if (wg == 0) { // ---------------- producer: one thread issues every load
+    setmaxnreg_dec<ggemm::PRODUCER_REGS>();
+    if (tid != 0) return;
+    int s = 0;
+    u32 ph = 0;
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      if (MODE == WGRAD) {
+        const WTile w = wdecode<N, K, BN>(t, rs);
+        // Rows past the expert's end are loaded and zeroed by the consumers.
+        for (int kb = 0; kb * BK < w.rows; kb++) {
+          const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
+          const int row = w.row0 + kb * BK;
+          mbar_wait(empty, ph ^ 1);
+          mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
+#pragma unroll
+          for (int c = 0; c < 2; c++) // dY^T: columns m0 + 64c.. of dY, 64 rows
+            tma_load_2d(sa + s * A_BYTES + c * BOX_BYTES, ma, full, w.m0 + c * 64, row);
+#pragma unroll
+          for (int i = 0; i < BN / 64; i++) // X: columns n0 + 64i.., 64 rows
+            tma_load_2d(sb + s * B_BYTES + i * BOX_BYTES, mb, full, w.n0 + i * 64, row);
+          if (++s == STAGES) s = 0, ph ^= 1;
+        }
+      } else {
+        constexpr int TW = MODE == GLU ? BN / 2 : BN; // output columns per tile
+        const ggemm::Tile tl = ggemm::decode<CT, TW>(t, ts, rs);
+        const int xrow = tl.row0 + tl.m0; // rows past the expert: loaded, not stored
+        for (int kb = 0; kb < KT; kb++) {
+          const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
+          mbar_wait(empty, ph ^ 1);
+          mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
+          tma_load_2d(sa + s * A_BYTES, ma, full, kb * BK, xrow);
+          if (MODE == DGRAD || MODE == DGLU) {
+#pragma unroll
+            for (int i = 0; i < BN / 64; i++) // W_e rows kb*BK.. (of N), columns n0 + 64i.. (of K)
+              tma_load_3d(sb + s * B_BYTES + i * BOX_BYTES, mb, full, tl.n0 + i * 64, kb * BK, tl.e);
+          } else { // GLU: gate rows n0.. and up rows F + n0.. of W_e, K-major
+            tma_load_3d(sb + s * B_BYTES, mb, full, kb * BK, tl.n0, tl.e);
+            tma_load_3d(sb + s * B_BYTES + B_BYTES / 2, mb, full, kb * BK, F + tl.n0, tl.e);
+          }
+          if (++s == STAGES) s = 0, ph ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers: rows c*64 .. c*64+63 of each tile
+  setmaxnreg_inc<ggemm::CONSUMER_REGS>();
+  const int c = wg - 1, wt = tid % 128, lane = tid % 32, warp = wt / 32;
+  constexpr int TA = MODE == WGRAD ? 1 : 0, TB = MODE == GLU ? 0 : 1;
+  float acc[BN / 2];
+  int s = 0;
+  u32 ph = 0;
+  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    int e, row0, rows, m0, n0, kt, left, nt = 0;
+    if (MODE == WGRAD) {
+      const WTile w = wdecode<N, K, BN>(t, rs);
+      e = w.e, row0 = w.row0, rows = w.rows, m0 = w.m0, n0 = w.n0, nt = w.nt;
+      kt = (rows + BK - 1) / BK;
+      left = BM; // every dW row of the tile is computed (masked to N at the store)
+    } else {
+      const ggemm::Tile tl = ggemm::decode<CT, MODE == GLU ? BN / 2 : BN>(t, ts, rs);
+      e = tl.e, row0 = tl.row0, rows = tl.rows, m0 = tl.m0, n0 = tl.n0;
+      kt = KT;
+      left = rows - m0;
+    }
+    if (left <= c * CONSUMER_ROWS) { // past the expert's end: keep the barriers in step, no math
+      for (int kb = 0; kb < kt; kb++) {
+        mbar_wait(bars + 8 * s, ph);
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
+        if (++s == STAGES) s = 0, ph ^= 1;
+      }
+      continue;
+    }
+    const bool want_db = MODE == WGRAD && o.aux != nullptr && nt == 0;
+    float db = 0.f;
+    if (MODE == WGRAD) { // an empty expert (kt = 0) stores these zeros; unconditional so the
+                         // accumulators are never written on a divergent path (wgmma serialization)
+#pragma unroll
+      for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
+    }
+    int prev = 0;
+    for (int kb = 0; kb < kt; kb++) {
+      mbar_wait(bars + 8 * s, ph);
+      const u32 a_s = sa + s * A_BYTES, b_s = sb + s * B_BYTES;
+      if (MODE == WGRAD) {
+        const int valid = rows - kb * BK; // reduction lines of this stage inside the expert
+        if (valid < BK) { // tail: zero lines [valid, BK) of this consumer's A box and of
+                          // every other B box (c, c + 2, ...), then publish to both consumers
+          const u32 from = valid * 128;
+          for (u32 off = from + 16 * wt; off < BOX_BYTES; off += 16 * 128) {
+            st_zero16(a_s + c * BOX_BYTES + off);
+#pragma unroll
+            for (int i = c; i < BN / 64; i += 2) st_zero16(b_s + i * BOX_BYTES + off);
+          }
+          fence_proxy_async();
+          bar_sync(1, 256);
+        }
+        if (want_db) { // column sums of dY: column wt % 64 of box c, lines (wt / 64) * 32 ..+32
+          const int col = wt % 64;
+          const u32 base = a_s + c * BOX_BYTES + (wt / 64) * 32 * 128 + (col % 8) * 2;
+#pragma unroll 8
+          for (int r = 0; r < 32; r++) // line r of the half: chunk (col / 8) ^ (r % 8)
+            db += ld_bf16(base + r * 128 + (((col / 8) ^ (r % 8)) * 16));
+        }
+      }
+      wgmma_fence();
+      u64 da, dbd;
+      if (TA) da = desc_mn_sw128(a_s + c * BOX_BYTES);
+      else da = wgmma_desc_sw128(a_s + c * CONSUMER_ROWS * 128);
+      if (TB) dbd = desc_mn_sw128(b_s);
+      else dbd = wgmma_desc_sw128(b_s);
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; kk++) // k16 step: K-major +32 B (2), MN-major +2048 B (128)
+        Mma<BN, TA, TB>::mma(acc, da + (TA ? 128 : 2) * kk, dbd + (TB ? 128 : 2) * kk,
+                             (kb | kk) != 0);
+      wgmma_commit();
+      if (kb > 0) { // the previous step's MMAs are done reading its stage
+        wgmma_wait<1>();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+      }
+      prev = s;
+      if (++s == STAGES) s = 0, ph ^= 1;
+    }
+    wgmma_wait<0>();
+    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+
+    const int r = c * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the tile
+    const int col = n0 + 2 * (lane % 4);
+    if (MODE == DGRAD) { // dX rows of the expert (and < max_rows), columns < K
+      const int grow = row0 + m0 + r;
+      const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
+      u32 *y0 = reinterpret_cast<u32 *>(static_cast<bf16_t *>(o.y) + (long long)grow * K + col);
+      u32 *y1 = y0 + 4 * K;
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++) {
+        if (K % BN == 0 || col + 8 * j < K) {
+          if (ok0) y0[4 * j] = pack_bf16x2(acc[4 * j], acc[4 * j + 1]);
+          if (ok1) y1[4 * j] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
+        }
+      }
+    } else if (MODE == DGLU) { // dact (K = F columns) -> dh [rows, 2F] = (dgate, dup)
+      const int grow = row0 + m0 + r;
+      const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
+      bf16_t *dh = static_cast<bf16_t *>(o.y);
+      float dp[2] = {0.f, 0.f};
+#pragma unroll
+      for (int half = 0; half < 2; half++) {
+        if (!(half ? ok1 : ok0)) continue;
+        const long long rr = grow + 8 * half;
+        const float p = o.prob ? o.prob[rr] : 1.f;
+        const u32 *hg = reinterpret_cast<const u32 *>(o.h + rr * 2 * K + col);
+        u32 *dg = reinterpret_cast<u32 *>(dh + rr * 2 * K + col);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+          if (K % BN == 0 || col + 8 * j < K) {
+            const u32 g2 = hg[4 * j], u2 = hg[4 * j + K / 2];
+            float dgv[2], duv[2];
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+              const float g = q ? bf16_hi(g2) : bf16_lo(g2), u = q ? bf16_hi(u2) : bf16_lo(u2);
+              const float da = acc[4 * j + 2 * half + q], sg = 1.f / (1.f + __expf(-g));
+              const float sl = g * sg;
+              dgv[q] = da * p * u * sg * (1.f + g * (1.f - sg));
+              duv[q] = da * p * sl;
+              dp[half] += da * sl * u;
+            }
+            dg[4 * j] = pack_bf16x2(dgv[0], dgv[1]);
+            dg[4 * j + K / 2] = pack_bf16x2(duv[0], duv[1]);
+          }
+        }
+      }
+      if (o.dprob) { // the 4 lanes of a quad share rows: reduce, one atomic per row and tile
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+          dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 1);
+          dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 2);
+        }
+        if (lane % 4 == 0) {
+          if (ok0) atomicAdd(o.dprob + grow, dp[0]);
+          if (ok1) atomicAdd(o.dprob + grow + 8, dp[1]);
+        }
+      }
+    } else if (MODE == WGRAD) { // dW_e rows m0 + r (< N), columns < K
+      if (want_db) { // both halves of the consumer's 64 columns -> db_e[m0 + 64c + col]
+        if (wt >= 64) dbs[c * 64 + wt % 64] = db;
+        bar_sync(2 + c, 128);
+        const int dcol = m0 + c * 64 + wt;
+        if (wt < 64 && dcol < N) {
+          float *dst = static_cast<float *>(o.aux) + (long long)e * N + dcol;
+          const float v = db + dbs[c * 64 + wt];
+          if (o.accumulate) {
+            if (rows > 0) *dst += v;
+          } else {
+            *dst = v;
+          }
+        }
+        bar_sync(2 + c, 128); // dbs is free again
+      }
+      if (o.accumulate && rows == 0) continue; // dW_e += 0: leave it untouched
+      const int i0 = m0 + r;
+      const bool ok0 = i0 < N, ok1 = i0 + 8 < N;
+      const long long off = ((long long)e * N + i0) * K + col;
+      if (o.accumulate) {
+        f32x2 *w0 = reinterpret_cast<f32x2 *>(static_cast<float *>(o.y) + off);
+        f32x2 *w1 = w0 + 4 * K; // 8 rows down, in f32x2 units
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+          if (K % BN == 0 || col + 8 * j < K) {
+            if (ok0) {
+              f32x2 v = w0[4 * j];
+              v.x += acc[4 * j], v.y += acc[4 * j + 1];
+              w0[4 * j] = v;
+            }
+            if (ok1) {
+              f32x2 v = w1[4 * j];
+              v.x += acc[4 * j + 2], v.y += acc[4 * j + 3];
+              w1[4 * j] = v;
+            }
+          }
+        }
+      } else {
+        u32 *w0 = reinterpret_cast<u32 *>(static_cast<bf16_t *>(o.y) + off);
+        u32 *w1 = w0 + 4 * K;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+          if (K % BN == 0 || col + 8 * j < K) {
+            if (ok0) w0[4 * j] = pack_bf16x2(acc[4 * j], acc[4 * j + 1]);
+            if (ok1) w1[4 * j] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
+          }
+        }
+      }
+    } else { // GLU: acc columns [0, BN/2) gate f = n0 + ..., [BN/2, BN) up F + f
+      constexpr int UP = BN / 16; // acc group of the up column paired with gate group j
+      const int grow = row0 + m0 + r;
+      const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
+      float p0 = 1.f, p1 = 1.f;
+      if (o.prob) {
+        if (ok0) p0 = o.prob[grow];
+        if (ok1) p1 = o.prob[grow + 8];
+      }
+      bf16_t *act = static_cast<bf16_t *>(o.y);
+      bf16_t *h = static_cast<bf16_t *>(o.aux);
+#pragma unroll
+      for (int j = 0; j < BN / 16; j++) {
+        const int f = col + 8 * j;
+        if (F % (BN / 2) == 0 || f < F) {
+          float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
+          if (o.bias) {
+            const u32 *b = reinterpret_cast<const u32 *>(o.bias + (long long)e * N + f);
+            const u32 g2 = b[0], u2 = b[F / 2];
+            bg0 = bf16_lo(g2), bg1 = bf16_hi(g2), bu0 = bf16_lo(u2), bu1 = bf16_hi(u2);
+          }
+#pragma unroll
+          for (int half = 0; half < 2; half++) {
+            const bool ok = half ? ok1 : ok0;
+            if (!ok) continue;
+            const int rr = grow + 8 * half;
+            const float g0 = acc[4 * j + 2 * half] + bg0, g1 = acc[4 * j + 2 * half + 1] + bg1;
+            const float u0 = acc[4 * (j + UP) + 2 * half] + bu0;
+            const float u1 = acc[4 * (j + UP) + 2 * half + 1] + bu1;
+            const float p = half ? p1 : p0;
+            *reinterpret_cast<u32 *>(act + (long long)rr * F + f) =
+                pack_bf16x2(silu(g0) * u0 * p, silu(g1) * u1 * p);
+            if (h) {
+              *reinterpret_cast<u32 *>(h + (long long)rr * N + f) = pack_bf16x2(g0, g1);
+              *reinterpret_cast<u32 *>(h + (long long)rr * N + F + f) = pack_bf16x2(u0, u1);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+} // namespace ggemm_bwd
+
+// The kernels: inference needs the SwiGLU forward (gemm unit), the rest is
+// training's (gemm_train unit).
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
+// dgrad of the forward with N = 4096, K = 7168: dx [rows, K] = dy [rows, N] W_e.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BM, BK], 128B swizzle
+                   const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
+                   bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
+// dgrad of the forward with N = 7168, K = 2048: dx [rows, K] = dy [rows, N] W_e.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm2_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BM, BK], 128B swizzle
+                   const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
+                   bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
+// gemm2 dgrad (N = 7168, K = 2048) + SwiGLU backward: dh [rows, 2K] from dact = dy W_e.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm2_dgrad_glu(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BM, BK], 128B swizzle
+                       const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
+                       bf16_t *dh, const bf16_t *h, const float *prob, float *dprob,
+                       const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
+// wgrad of the forward with N = 4096, K = 7168: dW_e [N, K] = dy_e^T x_e, db_e [N].
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm1_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BK, 64], 128B swizzle
+                   const __grid_constant__ tensor_map_t mx,  // X [rows, K] box [BK, 64], 128B swizzle
+                   void *dw, float *db, const int *counts, const int *offsets, int max_rows,
+                   int accumulate) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
+// wgrad of the forward with N = 7168, K = 2048: dW_e [N, K] = dy_e^T x_e, db_e [N].
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm2_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BK, 64], 128B swizzle
+                   const __grid_constant__ tensor_map_t mx,  // X [rows, K] box [BK, 64], 128B swizzle
+                   void *dw, float *db, const int *counts, const int *offsets, int max_rows,
+                   int accumulate) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3
+// gemm1 forward with the SwiGLU epilogue: N = 4096 (gate, up), K = 7168.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM, BK], 128B swizzle
+                     const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN/2, BK], 128B swizzle
+                     bf16_t *act, bf16_t *h, const bf16_t *bias, const float *prob,
+                     const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 2 // permute
+// ---------------------------------------------------------------- token permutation
+// Permute / unpermute / chunk sort (SPEC.md section 4), specialized for:
+//   E = 256, K = 8, H = 7168 (896 16-byte vectors per bf16 row)
+//   index kernels: 512 tokens per tile (one thread each)
+//   copy kernels: 128 threads per row, 7 vectors per thread per pass
+//   gather kernels: 32 threads per token
+// Permute forward is three kernels: moegen_permute_routes (per-tile expert
+// histograms), moegen_permute_rank (counts, capacity, padded offsets and
+// every route's destination row: deterministic, a route's rank is the number
+// of earlier tokens of the same expert) and moegen_permute_rows (reads each
+// token once and writes its K copies; writes zeros to every other row below
+// the bound). Rows travel as raw 16-byte vectors, so the copy is bit-exact
+// for any element type; the row map [T, K] int32 holds each route's row
+// (-1: dropped or no route) and drives the combine and every backward.
+namespace perm {
+constexpr int E = 256;          // experts
+constexpr int K = 8;          // routes per token
+constexpr int TILE = 512;       // tokens per index-kernel block (one thread each)
+constexpr int WORDS = TILE / 32;  // bitmask words per expert of a tile
+constexpr int MVEC = 16;       // bytemap bytes per access
+constexpr int CTHREADS = 256;  // copy-kernel block
+constexpr int CG = 128;        // threads per row in the copy kernels
+constexpr int CITERS = 7;     // vectors in flight per thread (module dtype)
+constexpr int CTPB = CTHREADS / CG; // rows per copy block
+constexpr int GTHREADS = 256;  // gather-kernel block
+constexpr int GG = 32;        // threads per token in the gather kernels (<= 32)
+constexpr int GTPW = 32 / GG;      // tokens per warp
+constexpr int ZCH = 16;        // tail rows per zero unit
+constexpr int MAX_CHUNKS = 2048; // chunk-sort limit
+static_assert(TILE % 32 == 0 && TILE <= 1024, "tile");
+static_assert(E % MVEC == 0, "bytemap vector");
+static_assert(CTHREADS % CG == 0 && GTHREADS % 32 == 0 && 32 % GG == 0, "groups");
+static_assert(K >= 1 && K <= E, "top-k");
+
+__device__ __forceinline__ u32x4 ldg_vec(const u32x4 *p) {
+  u32x4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.a), "=r"(v.b), "=r"(v.c), "=r"(v.d) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void stg_vec(u32x4 *p, u32x4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.a), "r"(v.b), "r"(v.c),
+               "r"(v.d));
+}
+
+// In-place exclusive scan of a[0, n) (shared memory) by a block of THREADS;
+// returns the total. scratch: 32 ints. Every thread must call it.
+template <int THREADS>
+__device__ int block_scan(int *a, int n, int *scratch) {
+  const int per = (n + THREADS - 1) / THREADS;
+  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int s = 0;
+  for (int i = lo; i < hi; i++) s += a[i];
+  int x = s;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(MOEGEN_FULL_MASK, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) scratch[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < THREADS / 32 ? scratch[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(MOEGEN_FULL_MASK, w, o);
+      if (lane >= o) w += y;
+    }
+    scratch[lane] = w;
+  }
+  __syncthreads();
+  int run = (warp ? scratch[warp - 1] : 0) + x - s;
+  for (int i = lo; i < hi; i++) {
+    const int v = a[i];
+    a[i] = run;
+    run += v;
+  }
+  const int total = scratch[THREADS / 32 - 1];
+  __syncthreads();
+  return total;
+}
+
+// Appends id at slot K-1, moving every slot down one (static register moves).
+__device__ __forceinline__ void shift_in(int (&e)[K], int id) {
+#pragma unroll
+  for (int k = 0; k + 1 < K; k++) e[k] = e[k + 1];
+  e[K - 1] = id;
+}
+
+// The K routes of token t: slot k holds an expert id, or -1. Indices: the
+// token's [K] ids (ids outside [0, E) are no route); bytemap: the token's
+// selected experts (nonzero bytes) in ascending id order, the first K.
+__device__ __forceinline__ void token_routes(const int *idx, const u8 *map, long long t,
+                                             int (&e)[K]) {
+  if (idx) {
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int v = idx[t * K + k];
+      e[k] = v >= 0 && v < E ? v : -1;
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < K; k++) e[k] = -1;
+  const u8 *row = map + t * E;
+  int n = 0;
+#pragma unroll 1
+  for (int b = 0; b < E && n < K; b += MVEC) {
+    u8 v[MVEC];
+    load_vec<u8, MVEC>(row + b, v);
+    u32 m = 0;
+#pragma unroll
+    for (int j = 0; j < MVEC; j++) m |= (u32)(v[j] != 0) << j;
+    for (; m && n < K; n++) {
+      shift_in(e, b + __ffs(m) - 1);
+      m &= m - 1;
+    }
+  }
+  for (; n < K; n++) shift_in(e, -1);
+}
+
+// Kernel arguments; must match permute_routes_params in runtime/ops_permute.c.
+struct RoutesArgs {
+  const int *idx;       // [T,K] int32 expert ids, or null (then map)
+  const u8 *map;        // [T,E] bytemap, or null
+  int *tile_counts;     // mode 0: out [tiles,E] routes per expert of each tile
+  const int *row_map;   // mode 1: in [T,K]
+  const float *gpp;     // mode 1: in [R] grad of the permuted probs
+  float *gprobs;        // mode 1: out [T,K] (indices) or [T,E] (bytemap)
+};
+
+// Must match permute_rank_params in runtime/ops_permute.c.
+struct RankArgs {
+  const int *idx;          // [T,K] int32, or null (then map)
+  const u8 *map;           // [T,E] bytemap, or null
+  const float *probs;      // [T,K] (indices) / [T,E] (bytemap) fp32, or null
+  const int *counts_in;    // [E] routes per expert (the router's fused counts), or null
+  const int *tile_counts;  // [tiles,E] from moegen_permute_routes
+  int *row_map;            // out [T,K]
+  float *pprobs;           // out [R] permuted probs, or null
+  int *offsets;            // out [E+1] padded row offsets
+  int *counts;             // out [E] kept routes per expert
+  int *dropped;            // out [1] routes dropped by the capacity, or null
+};
+
+// Writes zeros to every row below R that no route owns: rows
+// [off[e] + cnt[e], off[e+1]) of each expert and [off[E], R), as units
+// spread over the grid's groups (G threads per group, thread g of it).
+template <int G>
+__device__ __forceinline__ void zero_rows(u32x4 *rows, float *probs, const int *offsets,
+                                          const int *counts, int R, int nv, long long gid,
+                                          long long ngroups, int g) {
+  const int end = min(offsets[E], R);
+  const long long units = E + (R - end + ZCH - 1) / ZCH;
+  const u32x4 z = {0u, 0u, 0u, 0u};
+  for (long long u = gid; u < units; u += ngroups) {
+    int r0, r1;
+    if (u < E) {
+      r0 = offsets[u] + counts[u];
+      r1 = min(offsets[u + 1], R);
+    } else {
+      r0 = end + (int)(u - E) * ZCH;
+      r1 = min(r0 + ZCH, R);
+    }
+    for (int r = r0; r < r1; r++) {
+      if (rows)
+        for (int c = g; c < nv; c += G) stg_vec(rows + (long long)r * nv + c, z);
+      if (probs && g == 0) probs[r] = 0.f;
+    }
+  }
+}
+
+// Must match permute_rows_params in runtime/ops_permute.c.
+struct RowsArgs {
+  const u32x4 *x;      // [T, nv] token rows
+  u32x4 *rows;         // [R, nv] permuted rows, or null (probs only)
+  const int *row_map;  // [T,K]
+  const int *offsets;  // [E+1]
+  const int *counts;   // [E]
+  float *pprobs;       // [R] permuted probs (pad rows zeroed here), or null
+};
+
+// Combine (unpermute forward, permute backward); must match
+// unpermute_params in runtime/ops_permute.c.
+struct CombineArgs {
+  const void *rows;    // [R,H]
+  const int *row_map;  // [T,K]
+  const float *probs;  // [T,K] merging probs, or null (1)
+  void *out;           // [T,H]
+};
+
+// out[t] = sum_k w[t,k] rows[row_map[t,k]] (k ascending, fp32 fma), routes
+// with row -1 skipped; GG threads per token, nv vectors of W elements.
+template <typename T>
+__device__ __forceinline__ void combine(const CombineArgs &a, int Tn, int nv) {
+  constexpr int W = 16 / sizeof(T);
+  const int g = threadIdx.x % GG;
+  const long long gid = ((long long)blockIdx.x * GTHREADS + threadIdx.x) / GG;
+  const long long ngroups = (long long)gridDim.x * GTHREADS / GG;
+  const T *rows = (const T *)a.rows;
+  for (long long t = gid; t < Tn; t += ngroups) {
+    int dst[K];
+    float w[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      dst[k] = a.row_map[t * K + k];
+      w[k] = a.probs ? a.probs[t * K + k] : 1.f;
+    }
+    T *out = (T *)a.out + t * nv * W;
+#pragma unroll 1
+    for (int c = g; c < nv; c += GG) {
+      float acc[W];
+#pragma unroll
+      for (int j = 0; j < W; j++) acc[j] = 0.f;
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        if (dst[k] >= 0) {
+          T v[W];
+          load_vec<T, W>(rows + ((long long)dst[k] * nv + c) * W, v);
+#pragma unroll
+          for (int j = 0; j < W; j++) acc[j] = __fmaf_rn(w[k], to_f32(v[j]), acc[j]);
+        }
+      }
+      T o[W];
+#pragma unroll
+      for (int j = 0; j < W; j++) o[j] = from_f32<T>(acc[j]);
+      store_vec<T, W>(out + c * W, o);
+    }
+  }
+}
+
+// Unpermute backward; must match unpermute_bwd_params in runtime/ops_permute.c.
+struct UnpermuteBwdArgs {
+  const void *gout;    // [T,H] grad of the combined output
+  const int *row_map;  // [T,K]
+  const float *probs;  // [T,K] merging probs, or null (1: rows are copies of gout)
+  const void *rows;    // [R,H] the forward's input rows (needed for gprobs)
+  void *grows;         // out [R,H]
+  float *gprobs;       // out [T,K] fp32 dot(gout[t], rows[row_map[t,k]]), or null
+  const int *offsets;  // [E+1] (zero rows of grows)
+  const int *counts;   // [E]
+};
+
+// grows[row_map[t,k]] = w[t,k] gout[t]; gprobs[t,k] = sum_h gout[t,h]
+// rows[row_map[t,k],h] (per-thread fp32 fma over its columns, then a
+// butterfly over the token's GG lanes: fixed order). A warp's lanes run the
+// same trip counts, so the shuffles see every lane.
+template <typename T>
+__device__ __forceinline__ void unpermute_bwd(const UnpermuteBwdArgs &a, int Tn, int R, int nv) {
+  constexpr int W = 16 / sizeof(T);
+  const int g = threadIdx.x % GG;
+  const long long warp = ((long long)blockIdx.x * GTHREADS + threadIdx.x) / 32;
+  const long long nwarps = (long long)gridDim.x * GTHREADS / 32;
+  const int sub = (threadIdx.x % 32) / GG;
+  for (long long t0 = warp * GTPW; t0 < Tn; t0 += nwarps * GTPW) {
+    const long long t = t0 + sub;
+    const bool live = t < Tn;
+    int dst[K];
+    float w[K], part[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      dst[k] = live ? a.row_map[t * K + k] : -1;
+      w[k] = live && a.probs ? a.probs[t * K + k] : 1.f;
+      part[k] = 0.f;
+    }
+    const T *go = (const T *)a.gout + t * nv * W;
+    for (int c = g; live && c < nv; c += GG) {
+      T v[W];
+      load_vec<T, W>(go + c * W, v);
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        if (dst[k] < 0) continue;
+        const long long at = ((long long)dst[k] * nv + c) * W;
+        if (a.gprobs) {
+          T r[W];
+          load_vec<T, W>((const T *)a.rows + at, r);
+#pragma unroll
+          for (int j = 0; j < W; j++) part[k] = __fmaf_rn(to_f32(v[j]), to_f32(r[j]), part[k]);
+        }
+        T o[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) o[j] = a.probs ? from_f32<T>(w[k] * to_f32(v[j])) : v[j];
+        store_vec<T, W>((T *)a.grows + at, o);
+      }
+    }
+    if (a.gprobs) {
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        const float s = seg_sum<GG>(part[k]);
+        if (live && g == 0) a.gprobs[t * K + k] = dst[k] >= 0 ? s : 0.f;
+      }
+    }
+  }
+  zero_rows<GG>((u32x4 *)a.grows, nullptr, a.offsets, a.counts, R, nv,
+                ((long long)blockIdx.x * GTHREADS + threadIdx.x) / GG,
+                (long long)gridDim.x * GTHREADS / GG, g);
+}
+
+// Must match sort_chunks_params in runtime/ops_permute.c.
+struct SortArgs {
+  const u32x4 *in;     // [N, nv]
+  u32x4 *out;          // [N, nv]
+  const int *split;    // [S] rows per chunk (input order)
+  const int *order;    // [S] output order of the chunks (a permutation of [0, S))
+  const float *pin;    // [N] probs, or null
+  float *pout;         // [N] probs, or null
+  int *row_map;        // forward: out [N] destination row of each input row, or null
+};
+} // namespace perm
+
+// Grid: max(1, ceil(T / TILE)) blocks of TILE. mode 0: per-tile histogram of
+// the routes into tile_counts [tiles, E]. mode 1 (permute backward): the
+// probs grad, grad_probs[t, slot] = gpp[row_map[t, k]] (0 without a row),
+// [T, K] for indices or dense [T, E] (0 off the routes) for a bytemap.
+extern "C" __global__ void __launch_bounds__(perm::TILE, 1)
+moegen_permute_routes(perm::RoutesArgs a, int T, int mode) {
+  using namespace perm;
+  __shared__ int hist[E];
+  const long long t = (long long)blockIdx.x * TILE + threadIdx.x;
+  if (mode == 1) {
+    if (t >= T) return;
+    float v[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int dst = a.row_map[t * K + k];
+      v[k] = dst >= 0 ? a.gpp[dst] : 0.f;
+    }
+    if (!a.map) {
+#pragma unroll
+      for (int k = 0; k < K; k++) a.gprobs[t * K + k] = v[k];
+      return;
+    }
+    int e[K];
+    token_routes(nullptr, a.map, t, e);
+    for (int x = 0; x < E; x++) {
+      float p = 0.f;
+#pragma unroll
+      for (int k = 0; k < K; k++) p = e[k] == x ? v[k] : p;
+      a.gprobs[t * E + x] = p;
+    }
+    return;
+  }
+  for (int x = threadIdx.x; x < E; x += TILE) hist[x] = 0;
+  __syncthreads();
+  if (t < T) {
+    int e[K];
+    token_routes(a.idx, a.map, t, e);
+#pragma unroll
+    for (int k = 0; k < K; k++)
+      if (e[k] >= 0) atomicAdd(&hist[e[k]], 1);
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < E; x += TILE) a.tile_counts[(long long)blockIdx.x * E + x] = hist[x];
+}
+
+// Grid: the routes kernel's tiles, TILE threads. Every block sums the tile
+// histograms (totals, or counts_in when given; its prefix over earlier
+// tiles), caps them at `capacity` (> 0) and pads them to `align` (a power
+// of two), scans them into offsets; block 0 writes offsets, counts, dropped.
+// A route's rank r in its expert = earlier tiles' routes + earlier tokens of
+// this tile (bitmask popcounts); row = off[e] + r if r < kept[e] and the row
+// is below R, else -1 (dropped).
+extern "C" __global__ void __launch_bounds__(perm::TILE, 1)
+moegen_permute_rank(perm::RankArgs a, int T, int R, int align, int capacity) {
+  using namespace perm;
+  __shared__ int kept[E], off[E + 1], pre[E], scratch[32], sdrop;
+  __shared__ u32 bits[E * WORDS];
+  __shared__ u16 wpre[E * WORDS];
+  const int tile = blockIdx.x, ntiles = gridDim.x, tid = threadIdx.x;
+  if (tid == 0) sdrop = 0;
+  int drop = 0;
+  for (int x = tid; x < E; x += TILE) {
+    int p = 0, s = 0;
+#pragma unroll 8
+    for (int j = 0; j < tile; j++) p += a.tile_counts[(long long)j * E + x];
+    if (a.counts_in) {
+      s = max(a.counts_in[x], 0);
+    } else {
+      s = p;
+#pragma unroll 8
+      for (int j = tile; j < ntiles; j++) s += a.tile_counts[(long long)j * E + x];
+    }
+    const int k = capacity > 0 ? min(s, capacity) : s;
+    drop += s - k;
+    pre[x] = p;
+    kept[x] = k;
+    off[x] = (k + align - 1) & -align;
+  }
+  for (int i = tid; i < E * WORDS; i += TILE) bits[i] = 0;
+  __syncthreads();
+  if (drop) atomicAdd(&sdrop, drop);
+  const int total = block_scan<TILE>(off, E, scratch);
+  if (tid == 0) off[E] = total;
+  const long long t = (long long)tile * TILE + tid;
+  int e[K];
+  if (t < T) token_routes(a.idx, a.map, t, e);
+  else {
+#pragma unroll
+    for (int k = 0; k < K; k++) e[k] = -1;
+  }
+#pragma unroll
+  for (int k = 0; k < K; k++)
+    if (e[k] >= 0) atomicOr(&bits[e[k] * WORDS + tid / 32], 1u << (tid & 31));
+  __syncthreads();
+  for (int x = tid; x < E; x += TILE) {
+    int run = 0;
+#pragma unroll
+    for (int w = 0; w < WORDS; w++) {
+      wpre[x * WORDS + w] = (u16)run;
+      run += __popc(bits[x * WORDS + w]);
+    }
+  }
+  __syncthreads();
+  if (tile == 0) {
+    for (int x = tid; x <= E; x += TILE) a.offsets[x] = off[x];
+    for (int x = tid; x < E; x += TILE) a.counts[x] = kept[x];
+    if (tid == 0 && a.dropped) a.dropped[0] = sdrop;
+  }
+  if (t >= T) return;
+  const u32 below = (1u << (tid & 31)) - 1u;
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    int dst = -1;
+    if (e[k] >= 0) {
+      const int at = e[k] * WORDS + tid / 32;
+      const int r = pre[e[k]] + wpre[at] + __popc(bits[at] & below);
+      if (r < kept[e[k]] && off[e[k]] + r < R) dst = off[e[k]] + r;
+    }
+    a.row_map[t * K + k] = dst;
+    if (a.pprobs && dst >= 0) a.pprobs[dst] = a.map ? a.probs[t * E + e[k]] : a.probs[t * K + k];
+  }
+}
+
+// Grid: persistent, CTHREADS threads = CTPB groups of CG. A group reads a
+// token's row once (CITERS vectors per thread in flight) and writes it to
+// its K rows; then the zero units. nv: 16-byte vectors per row.
+extern "C" __global__ void __launch_bounds__(perm::CTHREADS, 1)
+moegen_permute_rows(perm::RowsArgs a, int T, int R, int nv) {
+  using namespace perm;
+  const int g = threadIdx.x % CG;
+  const long long gid = (long long)blockIdx.x * CTPB + threadIdx.x / CG;
+  const long long ngroups = (long long)gridDim.x * CTPB;
+  for (long long t = gid; a.rows && t < T; t += ngroups) {
+    int dst[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) dst[k] = a.row_map[t * K + k];
+    const u32x4 *src = a.x + t * nv;
+    for (int c0 = 0; c0 < nv; c0 += CG * CITERS) {
+      u32x4 v[CITERS];
+#pragma unroll
+      for (int i = 0; i < CITERS; i++) {
+        const int c = c0 + g + i * CG;
+        if (c < nv) v[i] = ldg_vec(src + c);
+      }
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        if (dst[k] < 0) continue;
+        u32x4 *d = a.rows + (long long)dst[k] * nv;
+#pragma unroll
+        for (int i = 0; i < CITERS; i++) {
+          const int c = c0 + g + i * CG;
+          if (c < nv) stg_vec(d + c, v[i]);
+        }
+      }
+    }
+  }
+  zero_rows<CG>(a.rows, a.pprobs, a.offsets, a.counts, R, nv, gid, ngroups, g);
+}
+
+// Grid: persistent, GTHREADS threads, GG per token. dtype: 0 fp32, 1 bf16, 2 fp16.
+extern "C" __global__ void __launch_bounds__(perm::GTHREADS, 1)
+moegen_unpermute(perm::CombineArgs a, int T, int nv, int dtype) {
+  if (dtype == 1) perm::combine<bf16_t>(a, T, nv);
+  else if (dtype == 2) perm::combine<fp16_t>(a, T, nv);
+  else perm::combine<float>(a, T, nv);
+}
+
+// Grid: persistent, GTHREADS threads, GG per token. Writes every row of
+// grows below R (zeros where no route points).
+extern "C" __global__ void __launch_bounds__(perm::GTHREADS, 1)
+moegen_unpermute_bwd(perm::UnpermuteBwdArgs a, int T, int R, int nv, int dtype) {
+  if (dtype == 1) perm::unpermute_bwd<bf16_t>(a, T, R, nv);
+  else if (dtype == 2) perm::unpermute_bwd<fp16_t>(a, T, R, nv);
+  else perm::unpermute_bwd<float>(a, T, R, nv);
+}
+
+// Grid: persistent, CTHREADS threads, CG per row. Chunk c of the input
+// (rows [src0[c], src0[c] + split[c])) goes to output rows from dst0[c],
+// the chunks laid out in `order`; rows past the chunks stay in place.
+// forward: out[dst(p)] = in[p]; backward: out[p] = in[dst(p)] (probs alike).
+extern "C" __global__ void __launch_bounds__(perm::CTHREADS, 1)
+moegen_sort_chunks(perm::SortArgs a, int N, int S, int nv, int backward) {
+  using namespace perm;
+  __shared__ int src0[MAX_CHUNKS], size[MAX_CHUNKS], dst0[MAX_CHUNKS], scratch[32];
+  for (int i = threadIdx.x; i < S; i += CTHREADS) {
+    src0[i] = max(a.split[i], 0);
+    const int o = a.order[i];
+    size[i] = o >= 0 && o < S ? max(a.split[o], 0) : 0;
+  }
+  __syncthreads();
+  const int total = block_scan<CTHREADS>(src0, S, scratch);
+  block_scan<CTHREADS>(size, S, scratch);
+  for (int i = threadIdx.x; i < S; i += CTHREADS) {
+    const int o = a.order[i];
+    if (o >= 0 && o < S) dst0[o] = size[i];
+  }
+  __syncthreads();
+  const int g = threadIdx.x % CG;
+  const long long gid = (long long)blockIdx.x * CTPB + threadIdx.x / CG;
+  const long long ngroups = (long long)gridDim.x * CTPB;
+  for (long long p = gid; p < N; p += ngroups) {
+    long long q = p;
+    if (p < total) {
+      int lo = 0, hi = S; // first chunk whose start is past p
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (src0[mid] <= p) lo = mid + 1;
+        else hi = mid;
+      }
+      q = dst0[lo - 1] + (p - src0[lo - 1]);
+    }
+    if (q < 0 || q >= N) continue;
+    const long long from = backward ? q : p, to = backward ? p : q;
+    for (int c = g; c < nv; c += CG) stg_vec(a.out + to * nv + c, ldg_vec(a.in + from * nv + c));
+    if (g == 0) {
+      if (a.pout) a.pout[to] = a.pin[from];
+      if (a.row_map && !backward) a.row_map[p] = (int)q;
+    }
+  }
+}
 #endif

@@ -69,6 +69,15 @@ static inline void gpu_put(void *dst, const void *src, size_t n) {
 static inline void gpu_get(void *dst, const void *src, size_t n) {
   if (n) CU(gpu_drv->cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n));
 }
+/* Replays graph ge on stream s and waits for it, after everything queued on
+ * the legacy stream has finished (gpu_put's copies and gpu_poison's memsets
+ * run there, and a non-blocking s would not wait for them). */
+static inline void gpu_replay(CUgraphExec ge, CUstream s) {
+  CU(gpu_drv->cuCtxSynchronize());
+  CU(gpu_drv->cuGraphLaunch(ge, s));
+  CU(gpu_drv->cuStreamSynchronize(s));
+}
+
 /* Fills with 0xFF bytes: NaN floats, 255 map bytes, -1 ints. */
 static inline void gpu_poison(void *p, size_t n) {
   if (n) CU(gpu_drv->cuMemsetD8((CUdeviceptr)(uintptr_t)p, 0xff, n));

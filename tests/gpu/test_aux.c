@@ -8,21 +8,10 @@
  *    replayed with three different N.
  * Exit 77 (skipped) without a device. */
 #include "aux_ref.h"
+#include "check.h"
 #include "dtypes.h"
 #include "gpu.h"
 #include "moegen/moegen.h"
-
-static int failures;
-
-#define CHECK(cond, ...)              \
-  do {                                \
-    if (!(cond)) {                    \
-      printf("  FAIL: " __VA_ARGS__); \
-      printf("\n");                   \
-      failures++;                     \
-      return;                         \
-    }                                 \
-  } while (0)
 
 typedef struct spec {
   const char *what;
@@ -293,9 +282,7 @@ static void loss_graph_case(moegen_module *m, int64_t R, int E) {
     for (int i = 0; i < 3; i++) {
       gpu_put(dn, &Ns[i], 8);
       gpu_poison(aux, 16);
-      CU(gpu_drv->cuCtxSynchronize()); /* the copies ran on another stream */
-      CU(gpu_drv->cuGraphLaunch(ge, stream));
-      CU(gpu_drv->cuStreamSynchronize(stream));
+      gpu_replay(ge, stream);
       float got, gcc, want_cc = aux_ref_loss_const(E, 4, 1e-2f, Ns[i]);
       double want = aux_ref_loss_fwd(R, C, p, tpe, want_cc);
       gpu_get(&got, aux, 4);
@@ -350,17 +337,8 @@ int main(void) {
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     const spec *s = &specs[i];
     moegen_config c = config_of(s);
-    moegen_module *m = NULL;
-    moegen_error err = {0};
-    moegen_status st = moegen_jit(&c, NULL, &m, &err);
-    if (st == MOEGEN_OK) st = moegen_module_load_unit(m, MOEGEN_UNIT_ROUTER_TRAIN);
-    if (st != MOEGEN_OK) {
-      printf("FAIL %s: %s %s %s\n", s->what, moegen_status_string(st), err.msg,
-             m ? moegen_module_last_error(m) : "");
-      failures++;
-      moegen_module_destroy(m);
-      continue;
-    }
+    moegen_module *m = test_jit(&c, 1u << MOEGEN_UNIT_ROUTER_TRAIN, s->what);
+    if (!m) continue;
     int before = failures;
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
       for (int ties = 0; ties < 2; ties++) scores_case(m, s, tokens[t], ties);

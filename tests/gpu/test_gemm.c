@@ -10,11 +10,10 @@
 #include <math.h>
 
 #include "gemm_ref.h"
+#include "gemm_test.h"
 #include "gpu.h"
 #include "half.h"
 #include "moegen/moegen.h"
-
-static int failures;
 
 #define EXTRA_ROWS 37 /* rows of x and y past the experts' (must stay untouched) */
 
@@ -25,26 +24,6 @@ typedef struct problem {
   void *dx, *dw, *dy;   /* device bf16 */
   int32_t *dcounts, *doffsets; /* device [E], [E + 1] */
 } problem;
-
-static int sum_of(const int32_t *c, int E) {
-  int s = 0;
-  for (int e = 0; e < E; e++) s += c[e];
-  return s;
-}
-
-/* Random values scale * {-4, ..., 4} into host fp32 h and device bf16 d.
- * With x steps of 1/4 and w steps of 1/16 every product and partial sum is
- * exact in fp32 (multiples of 1/64 below 2^24/64), so the reference is the
- * exact result and the only error left is y's rounding to bf16. */
-static void fill(float *h, void *d, size_t n, float scale) {
-  uint16_t *b = malloc(2 * n + 2);
-  for (size_t i = 0; i < n; i++) {
-    b[i] = f32_to_bf16(scale * (float)((int)(rng_u64() % 9) - 4));
-    h[i] = bf16_to_f32(b[i]);
-  }
-  gpu_put(d, b, 2 * n);
-  free(b);
-}
 
 /* Uploads counts (and their offsets) and recomputes the reference. */
 static void set_counts(problem *p, const int32_t *counts) {
@@ -137,31 +116,9 @@ static void run_once(moegen_module *m, problem *p, moegen_gemm_id which, int off
   verify(p, label);
 }
 
-static moegen_module *module_of(int E, int H, int F) {
-  moegen_config c;
-  moegen_config_defaults(&c);
-  snprintf(c.name, sizeof c.name, "gemmtest");
-  c.experts = E;
-  c.topk = 1;
-  c.hidden = H;
-  c.ffn = F;
-  moegen_error err = {0};
-  moegen_module *m = NULL;
-  moegen_status st = moegen_jit(&c, NULL, &m, &err);
-  if (st == MOEGEN_OK) st = moegen_module_load(m);
-  if (st != MOEGEN_OK) {
-    printf("FAIL: module E=%d H=%d F=%d: %s %s %s\n", E, H, F, moegen_status_string(st), err.msg,
-           m ? moegen_module_last_error(m) : "");
-    moegen_module_destroy(m);
-    failures++;
-    return NULL;
-  }
-  return m;
-}
-
 /* Both GEMMs of an (E, H, F) module with the given counts, via counts and offsets. */
 static void case_counts(const char *what, int E, int H, int F, const int32_t *counts) {
-  moegen_module *m = module_of(E, H, F);
+  moegen_module *m = module_of(E, H, F, 1u << MOEGEN_UNIT_GEMM);
   if (!m) return;
   const moegen_image *img = moegen_module_image(m);
   for (int g = 1; g <= 2; g++) {
@@ -188,7 +145,7 @@ static void random_counts(int32_t *c, int E, int max) {
  * device (same max_rows): the graph reads the new counts. */
 static void case_graph(void) {
   const int E = 4;
-  moegen_module *m = module_of(E, 512, 256);
+  moegen_module *m = module_of(E, 512, 256, 1u << MOEGEN_UNIT_GEMM);
   if (!m) return;
   const int32_t a[4] = {0, 1, 127, 300}, b[4] = {300, 127, 0, 1}, c[4] = {128, 0, 64, 200};
   problem p = make_problem(E, 512, 256, a);
@@ -209,8 +166,7 @@ static void case_graph(void) {
     for (int rep = 0; rep < 3; rep++) {
       set_counts(&p, sets[rep]);
       gpu_poison(p.dy, 2 * (size_t)p.max_rows * p.N);
-      CU(gpu_drv->cuGraphLaunch(ge, stream));
-      CU(gpu_drv->cuStreamSynchronize(stream));
+      gpu_replay(ge, stream);
       char label[64];
       snprintf(label, sizeof label, "graph replay %d gemm2 counts", rep);
       verify(&p, label);
@@ -225,7 +181,7 @@ static void case_graph(void) {
 
 /* Argument checks that need a module but no launch. */
 static void case_args(void) {
-  moegen_module *m = module_of(4, 512, 256);
+  moegen_module *m = module_of(4, 512, 256, 1u << MOEGEN_UNIT_GEMM);
   if (!m) return;
   int32_t *dc = gpu_alloc(16);
   void *buf = gpu_alloc(1 << 16);

@@ -6,48 +6,12 @@
  * The forward (moegen_router_fwd, tested by test_router.c) makes the saved
  * state; the reference takes the GPU's intermediate and map.
  * Exit 77 (skipped) without a device. */
+#include "check.h"
 #include "dtypes.h"
 #include "gpu.h"
 #include "moegen/moegen.h"
 #include "router_bwd_ref.h"
-
-static int failures;
-
-#define CHECK(cond, ...)              \
-  do {                                \
-    if (!(cond)) {                    \
-      printf("  FAIL: " __VA_ARGS__); \
-      printf("\n");                   \
-      failures++;                     \
-      return;                         \
-    }                                 \
-  } while (0)
-
-typedef struct spec {
-  const char *what;
-  int E, K, groups, group_topk, bias, pre;
-  moegen_score score;
-  double scaling;
-  moegen_dtype dt;
-} spec;
-
-static moegen_config config_of(const spec *s) {
-  moegen_config c;
-  moegen_config_defaults(&c);
-  snprintf(c.name, sizeof c.name, "test");
-  c.experts = s->E;
-  c.topk = s->K;
-  c.hidden = 256;
-  c.ffn = 256;
-  c.score = s->score;
-  c.pre_softmax = s->pre;
-  c.groups = s->groups;
-  c.group_topk = s->group_topk;
-  c.expert_bias = s->bias;
-  c.scaling = s->scaling;
-  c.logits_dtype = s->dt;
-  return c;
-}
+#include "router_spec.h"
 
 /* The routing formats the backward takes. */
 enum { FMT_BYTEMAP, FMT_BITMAP, FMT_IDX16, FMT_IDX32, FMT_IDX64, NUM_FMTS };
@@ -256,21 +220,21 @@ static void arg_checks(moegen_module *m, const spec *s) {
 }
 
 static const spec specs[] = {
-    {"deepseek-v3: sigmoid, 8 groups keep 4, bias, x2.5", 256, 8, 8, 4, 1, 0, MOEGEN_SCORE_SIGMOID, 2.5, MOEGEN_DTYPE_BF16},
-    {"qwen3: softmax pre", 128, 8, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
-    {"mixtral: softmax post E=8 K=2", 8, 2, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
-    {"gpt-oss: softmax post fp32", 128, 4, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32},
-    {"llama4: sigmoid K=1 fp16", 128, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP16},
-    {"sqrtsoftplus E=130 K=5 bias x1.5 fp32", 130, 5, 0, 0, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.5, MOEGEN_DTYPE_FP32},
-    {"sqrtsoftplus E=32 K=2 4 groups keep 2 bf16", 32, 2, 4, 2, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_BF16},
-    {"softmax pre E=32 K=5 x2 fp16", 32, 5, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 2.0, MOEGEN_DTYPE_FP16},
-    {"softmax pre 8 groups keep 4 E=256 K=8 fp32", 256, 8, 8, 4, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32},
-    {"softmax post E=1024 K=32 bf16", 1024, 32, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
-    {"sigmoid E=2048 K=32 bias fp32", 2048, 32, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32},
-    {"sqrtsoftplus E=2048 K=8 16 groups keep 4 x2.5 bf16", 2048, 8, 16, 4, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 2.5, MOEGEN_DTYPE_BF16},
-    {"sigmoid E=1024 K=1 bias fp16", 1024, 1, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP16},
-    {"softmax pre E=2048 K=2 bf16", 2048, 2, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16},
-    {"sigmoid E=8 K=8 x2 fp32", 8, 8, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 2.0, MOEGEN_DTYPE_FP32},
+    {"deepseek-v3: sigmoid, 8 groups keep 4, bias, x2.5", 256, 8, 8, 4, 1, 0, MOEGEN_SCORE_SIGMOID, 2.5, MOEGEN_DTYPE_BF16, 0},
+    {"qwen3: softmax pre", 128, 8, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"mixtral: softmax post E=8 K=2", 8, 2, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"gpt-oss: softmax post fp32", 128, 4, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32, 0},
+    {"llama4: sigmoid K=1 fp16", 128, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP16, 0},
+    {"sqrtsoftplus E=130 K=5 bias x1.5 fp32", 130, 5, 0, 0, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.5, MOEGEN_DTYPE_FP32, 0},
+    {"sqrtsoftplus E=32 K=2 4 groups keep 2 bf16", 32, 2, 4, 2, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"softmax pre E=32 K=5 x2 fp16", 32, 5, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 2.0, MOEGEN_DTYPE_FP16, 0},
+    {"softmax pre 8 groups keep 4 E=256 K=8 fp32", 256, 8, 8, 4, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32, 0},
+    {"softmax post E=1024 K=32 bf16", 1024, 32, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"sigmoid E=2048 K=32 bias fp32", 2048, 32, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32, 0},
+    {"sqrtsoftplus E=2048 K=8 16 groups keep 4 x2.5 bf16", 2048, 8, 16, 4, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 2.5, MOEGEN_DTYPE_BF16, 0},
+    {"sigmoid E=1024 K=1 bias fp16", 1024, 1, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP16, 0},
+    {"softmax pre E=2048 K=2 bf16", 2048, 2, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
+    {"sigmoid E=8 K=8 x2 fp32", 8, 8, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 2.0, MOEGEN_DTYPE_FP32, 0},
 };
 
 int main(void) {
@@ -280,18 +244,9 @@ int main(void) {
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     const spec *s = &specs[i];
     moegen_config c = config_of(s);
-    moegen_module *m = NULL;
-    moegen_error err = {0};
-    moegen_status st = moegen_jit(&c, NULL, &m, &err);
-    if (st == MOEGEN_OK) st = moegen_module_load_unit(m, MOEGEN_UNIT_ROUTER);
-    if (st == MOEGEN_OK) st = moegen_module_load_unit(m, MOEGEN_UNIT_ROUTER_TRAIN);
-    if (st != MOEGEN_OK) {
-      printf("FAIL %s: %s %s %s\n", s->what, moegen_status_string(st), err.msg,
-             m ? moegen_module_last_error(m) : "");
-      failures++;
-      moegen_module_destroy(m);
-      continue;
-    }
+    moegen_module *m =
+        test_jit(&c, 1u << MOEGEN_UNIT_ROUTER | 1u << MOEGEN_UNIT_ROUTER_TRAIN, s->what);
+    if (!m) continue;
     int before = failures;
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
       for (int ties = 0; ties < 2; ties++) run_case(m, s, tokens[t], ties);

@@ -1,0 +1,362 @@
+/* runtime/ops_permute.c -- the permutation ops (SPEC.md 4): permute,
+ * unpermute, their backwards and the chunk sort; shape function and launches.
+ *
+ * The kernels (templates/permute.cu.lt) take their arguments as one struct
+ * of pointers plus ints; every size they need on the device (counts,
+ * offsets) stays on the device, so no op syncs with the host. */
+#include <limits.h>
+#include <string.h>
+
+#include "module.h"
+
+/* Kernel argument blocks; each must match the struct of the same role in
+ * permute.cu.lt (perm::RoutesArgs, RankArgs, RowsArgs, CombineArgs,
+ * UnpermuteBwdArgs, SortArgs). */
+typedef struct permute_routes_params {
+  const int32_t *idx;
+  const uint8_t *map;
+  int32_t *tile_counts;
+  const int32_t *row_map;
+  const float *gpp;
+  float *gprobs;
+} permute_routes_params;
+
+typedef struct permute_rank_params {
+  const int32_t *idx;
+  const uint8_t *map;
+  const float *probs;
+  const int32_t *counts_in;
+  const int32_t *tile_counts;
+  int32_t *row_map;
+  float *pprobs;
+  int32_t *offsets;
+  int32_t *counts;
+  int32_t *dropped;
+} permute_rank_params;
+
+typedef struct permute_rows_params {
+  const void *x;
+  void *rows;
+  const int32_t *row_map;
+  const int32_t *offsets;
+  const int32_t *counts;
+  float *pprobs;
+} permute_rows_params;
+
+typedef struct unpermute_params {
+  const void *rows;
+  const int32_t *row_map;
+  const float *probs;
+  void *out;
+} unpermute_params;
+
+typedef struct unpermute_bwd_params {
+  const void *gout;
+  const int32_t *row_map;
+  const float *probs;
+  const void *rows;
+  void *grows;
+  float *gprobs;
+  const int32_t *offsets;
+  const int32_t *counts;
+} unpermute_bwd_params;
+
+typedef struct sort_chunks_params {
+  const void *in;
+  void *out;
+  const int32_t *split;
+  const int32_t *order;
+  const float *pin;
+  float *pout;
+  int32_t *row_map;
+} sort_chunks_params;
+
+static int misaligned(const void *p) { return ((uintptr_t)p & 15u) != 0; }
+
+/* Bytes of one element of moegen_dtype d, or 0 if d is not one. */
+static int dtype_size(int d) { return d == 0 ? 4 : d == 1 || d == 2 ? 2 : 0; }
+
+/* Tiles of the index kernels for T tokens (at least one, so T = 0 still
+ * writes the offsets). */
+static int64_t tiles_of(const moegen_permute_plan *p, int64_t T) {
+  int64_t n = (T + p->tile_tokens - 1) / p->tile_tokens;
+  return n > 0 ? n : 1;
+}
+
+/* R, the host bound on the permuted rows. */
+static int64_t rows_bound(const moegen_permute_plan *p, int64_t T, int align, int capacity) {
+  int64_t r = T * p->topk + (int64_t)p->experts * (align - 1);
+  if (capacity > 0) {
+    int64_t cap = ((int64_t)capacity + align - 1) / align * align * p->experts;
+    if (cap < r) r = cap;
+  }
+  return r;
+}
+
+/* 0 if align and capacity are valid. */
+static int bad_layout(int align, int capacity) {
+  return align < 1 || align > 128 || (align & (align - 1)) || capacity < 0;
+}
+
+moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tokens, int align,
+                                      int capacity, moegen_permute_shape *shape) {
+  if (!image || !shape || num_tokens < 0 || bad_layout(align, capacity))
+    return MOEGEN_ERR_INVALID_ARGUMENT;
+  const moegen_permute_plan *p = &image->permute;
+  if (p->experts <= 0) return MOEGEN_ERR_NOT_SUPPORTED;
+  memset(shape, 0, sizeof *shape);
+  int64_t R = rows_bound(p, num_tokens, align, capacity);
+  shape->rows[0] = shape->permuted_probs[0] = R;
+  shape->rows[1] = p->hidden;
+  shape->row_map[0] = num_tokens;
+  shape->row_map[1] = p->topk;
+  shape->offsets[0] = p->experts + 1;
+  shape->counts[0] = p->experts;
+  shape->workspace_bytes = (size_t)tiles_of(p, num_tokens) * (size_t)p->experts * 4;
+  shape->workspace_bytes = (shape->workspace_bytes + 15) / 16 * 16;
+  return MOEGEN_OK;
+}
+
+/* The module's plan, or NOT_SUPPORTED (recorded) for `what`. */
+static moegen_status plan_of(moegen_module *m, const char *what, const moegen_permute_plan **p) {
+  const moegen_image *img = moegen_module_image(m);
+  *p = &img->permute;
+  if ((*p)->experts > 0) return MOEGEN_OK;
+  return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
+                            "%s: module %s has no permute kernels (they need hidden %% 8 == 0)",
+                            what, img->name);
+}
+
+/* Common checks: T range, dtype; *nv = 16-byte vectors per row. */
+static moegen_status check_common(moegen_module *m, const moegen_permute_plan *p, const char *what,
+                                  int64_t T, int dtype, int *nv) {
+  if (T < 0 || T * p->topk > INT32_MAX / 2)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "%s: num_tokens = %lld is outside [0, INT32_MAX / (2 * K)]", what,
+                              (long long)T);
+  if (!dtype_size(dtype))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "%s: dtype = %d is not fp32 (0), bf16 (1) or fp16 (2)", what, dtype);
+  *nv = p->hidden * dtype_size(dtype) / 16;
+  return MOEGEN_OK;
+}
+
+/* Launches kernel id with `blocks` blocks of `threads` (blocks <= 0: a
+ * persistent grid of one wave, capped at -blocks). */
+static moegen_status launch(moegen_module *m, moegen_kernel_id id, long long blocks,
+                            unsigned threads, void **params, CUstream stream, const char *what) {
+  CUfunction fn;
+  moegen_device_info dev;
+  moegen_status st = moegen_module_kernel(m, id, threads, 0, &fn, &dev);
+  if (st != MOEGEN_OK) return st;
+  if (blocks <= 0) {
+    long long wave = (long long)dev.sm_count * dev.blocks_per_sm;
+    blocks = -blocks < wave ? -blocks : wave;
+    if (blocks < 1) blocks = 1;
+  }
+  CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, (unsigned)blocks, 1, 1, threads, 1, 1,
+                                                       0, stream, params, NULL);
+  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
+}
+
+/* ---------------------------------------------------------------- permute */
+
+static moegen_status check_permute(moegen_module *m, const moegen_permute_plan *p,
+                                   const moegen_permute_args *a, int *nv) {
+  moegen_status st = check_common(m, p, "permute_fwd", a->num_tokens, a->dtype, nv);
+  if (st != MOEGEN_OK) return st;
+  if (bad_layout(a->align, a->capacity))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: align = %d (want 1 or a power of two <= 128) or "
+                              "capacity = %d < 0", a->align, a->capacity);
+  if (a->num_tokens * p->topk + (int64_t)p->experts * a->align > INT32_MAX)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: T*K + E*align exceeds INT32_MAX rows");
+  if (!a->topk_indices == !a->routing_map)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: give exactly one of topk_indices and routing_map "
+                              "(%s given)", a->topk_indices ? "both" : "neither");
+  if (!a->row_map || !a->offsets || !a->counts)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: row_map, offsets and counts are required outputs");
+  if (a->rows && !a->x)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "permute_fwd: rows given but x is NULL");
+  if (a->permuted_probs && !a->probs)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: permuted_probs given but probs is NULL");
+  size_t need = (size_t)tiles_of(p, a->num_tokens) * (size_t)p->experts * 4;
+  if (!a->workspace || a->workspace_bytes < need)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: workspace of %zu bytes at %p, need %zu (see "
+                              "moegen_permute_shape_of)", a->workspace_bytes, a->workspace, need);
+  if (misaligned(a->x) || misaligned(a->rows) || misaligned(a->routing_map) ||
+      misaligned(a->workspace))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: x, rows, routing_map and workspace must be 16-byte "
+                              "aligned");
+  return MOEGEN_OK;
+}
+
+moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a, CUstream stream) {
+  if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
+  const moegen_permute_plan *p;
+  int nv;
+  moegen_status st = plan_of(m, "permute_fwd", &p);
+  if (st == MOEGEN_OK) st = check_permute(m, p, a, &nv);
+  if (st != MOEGEN_OK) return st;
+  int T = (int)a->num_tokens, R = (int)rows_bound(p, a->num_tokens, a->align, a->capacity);
+  long long tiles = tiles_of(p, a->num_tokens);
+  int mode = 0, align = a->align, capacity = a->capacity;
+  permute_routes_params rp = {a->topk_indices, a->routing_map, a->workspace, NULL, NULL, NULL};
+  void *rparams[] = {&rp, &T, &mode};
+  st = launch(m, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles, (unsigned)p->tile_tokens, rparams, stream,
+              "permute_fwd: cuLaunchKernel(routes)");
+  if (st != MOEGEN_OK) return st;
+  permute_rank_params kp = {a->topk_indices, a->routing_map, a->probs, a->expert_counts,
+                            a->workspace, a->row_map, a->permuted_probs, a->offsets, a->counts,
+                            a->num_dropped};
+  void *kparams[] = {&kp, &T, &R, &align, &capacity};
+  st = launch(m, MOEGEN_KERNEL_PERMUTE_RANK, tiles, (unsigned)p->tile_tokens, kparams, stream,
+              "permute_fwd: cuLaunchKernel(rank)");
+  if (st != MOEGEN_OK || (!a->rows && !a->permuted_probs)) return st;
+  permute_rows_params wp = {a->x, a->rows, a->row_map, a->offsets, a->counts, a->permuted_probs};
+  void *wparams[] = {&wp, &T, &R, &nv};
+  int per_block = p->copy_threads / p->copy_group;
+  long long units = (long long)T + p->experts + (R + p->zero_chunk - 1) / p->zero_chunk;
+  return launch(m, MOEGEN_KERNEL_PERMUTE_ROWS, -((units + per_block - 1) / per_block),
+                (unsigned)p->copy_threads, wparams, stream, "permute_fwd: cuLaunchKernel(rows)");
+}
+
+/* ---------------------------------------------------------------- combine */
+
+/* The combine kernel: out[t] = sum_k w rows[row_map[t,k]]. */
+static moegen_status combine(moegen_module *m, const moegen_permute_plan *p, int64_t num_tokens,
+                             int dtype, int nv, const void *rows, const int32_t *row_map,
+                             const float *probs, void *out, CUstream stream, const char *what) {
+  int T = (int)num_tokens;
+  unpermute_params cp = {rows, row_map, probs, out};
+  void *params[] = {&cp, &T, &nv, &dtype};
+  int per_block = p->gather_threads / p->gather_group;
+  return launch(m, MOEGEN_KERNEL_UNPERMUTE, -((num_tokens + per_block - 1) / per_block),
+                (unsigned)p->gather_threads, params, stream, what);
+}
+
+moegen_status moegen_unpermute_fwd(moegen_module *m, const moegen_unpermute_args *a,
+                                   CUstream stream) {
+  if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
+  const moegen_permute_plan *p;
+  int nv;
+  moegen_status st = plan_of(m, "unpermute_fwd", &p);
+  if (st == MOEGEN_OK) st = check_common(m, p, "unpermute_fwd", a->num_tokens, a->dtype, &nv);
+  if (st != MOEGEN_OK || a->num_tokens == 0) return st;
+  if (!a->rows || !a->row_map || !a->out)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "unpermute_fwd: rows, row_map and out are required");
+  if (misaligned(a->rows) || misaligned(a->out))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "unpermute_fwd: rows and out must be 16-byte aligned");
+  return combine(m, p, a->num_tokens, a->dtype, nv, a->rows, a->row_map, a->merging_probs, a->out,
+                 stream, "unpermute_fwd: cuLaunchKernel");
+}
+
+moegen_status moegen_permute_bwd(moegen_module *m, const moegen_permute_bwd_args *a,
+                                 CUstream stream) {
+  if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
+  const moegen_permute_plan *p;
+  int nv;
+  moegen_status st = plan_of(m, "permute_bwd", &p);
+  if (st == MOEGEN_OK) st = check_common(m, p, "permute_bwd", a->num_tokens, a->dtype, &nv);
+  if (st != MOEGEN_OK || a->num_tokens == 0) return st;
+  if (!a->row_map || (a->grad_x && !a->grad_rows) || (a->grad_probs && !a->grad_permuted_probs))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_bwd: row_map is required; grad_x needs grad_rows and "
+                              "grad_probs needs grad_permuted_probs");
+  if (misaligned(a->grad_rows) || misaligned(a->grad_x) || misaligned(a->routing_map))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_bwd: grad_rows, grad_x and routing_map must be 16-byte "
+                              "aligned");
+  if (a->grad_x) {
+    st = combine(m, p, a->num_tokens, a->dtype, nv, a->grad_rows, a->row_map, NULL, a->grad_x,
+                 stream, "permute_bwd: cuLaunchKernel(combine)");
+    if (st != MOEGEN_OK) return st;
+  }
+  if (!a->grad_probs) return MOEGEN_OK;
+  int T = (int)a->num_tokens, mode = 1;
+  permute_routes_params rp = {NULL, a->routing_map, NULL, a->row_map, a->grad_permuted_probs,
+                              a->grad_probs};
+  void *params[] = {&rp, &T, &mode};
+  return launch(m, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles_of(p, a->num_tokens),
+                (unsigned)p->tile_tokens, params, stream, "permute_bwd: cuLaunchKernel(probs)");
+}
+
+/* ---------------------------------------------------------------- unpermute backward */
+
+moegen_status moegen_unpermute_bwd(moegen_module *m, const moegen_unpermute_bwd_args *a,
+                                   CUstream stream) {
+  if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
+  const moegen_permute_plan *p;
+  int nv;
+  moegen_status st = plan_of(m, "unpermute_bwd", &p);
+  if (st == MOEGEN_OK) st = check_common(m, p, "unpermute_bwd", a->num_tokens, a->dtype, &nv);
+  if (st != MOEGEN_OK) return st;
+  if (a->num_rows < 0 || a->num_rows > INT32_MAX)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "unpermute_bwd: num_rows = %lld is outside [0, INT32_MAX]",
+                              (long long)a->num_rows);
+  if (a->num_tokens == 0 && a->num_rows == 0) return MOEGEN_OK;
+  if (!a->row_map || !a->offsets || !a->counts || !a->grad_rows ||
+      (a->num_tokens > 0 && !a->grad_out) || (a->grad_probs && !a->rows))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "unpermute_bwd: row_map, offsets, counts, grad_out and grad_rows "
+                              "are required; grad_probs needs rows");
+  if (misaligned(a->grad_out) || misaligned(a->rows) || misaligned(a->grad_rows))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "unpermute_bwd: grad_out, rows and grad_rows must be 16-byte aligned");
+  int T = (int)a->num_tokens, R = (int)a->num_rows, dtype = a->dtype;
+  unpermute_bwd_params bp = {a->grad_out, a->row_map, a->merging_probs, a->rows, a->grad_rows,
+                             a->grad_probs, a->offsets, a->counts};
+  void *params[] = {&bp, &T, &R, &nv, &dtype};
+  int per_block = p->gather_threads / p->gather_group;
+  long long units = (long long)T + p->experts + (R + p->zero_chunk - 1) / p->zero_chunk;
+  return launch(m, MOEGEN_KERNEL_UNPERMUTE_BWD, -((units + per_block - 1) / per_block),
+                (unsigned)p->gather_threads, params, stream, "unpermute_bwd: cuLaunchKernel");
+}
+
+/* ---------------------------------------------------------------- chunk sort */
+
+moegen_status moegen_sort_chunks(moegen_module *m, const moegen_sort_chunks_args *a,
+                                 CUstream stream) {
+  if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
+  const moegen_permute_plan *p;
+  int nv;
+  moegen_status st = plan_of(m, "sort_chunks", &p);
+  if (st == MOEGEN_OK && (a->num_rows < 0 || a->num_rows > INT32_MAX))
+    st = moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                            "sort_chunks: num_rows = %lld is outside [0, INT32_MAX]",
+                            (long long)a->num_rows);
+  if (st == MOEGEN_OK) st = check_common(m, p, "sort_chunks", 0, a->dtype, &nv);
+  if (st != MOEGEN_OK) return st;
+  if (a->num_chunks < 0 || a->num_chunks > p->max_chunks)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "sort_chunks: num_chunks = %d is outside [0, %d]", a->num_chunks,
+                              p->max_chunks);
+  if (a->num_rows == 0) return MOEGEN_OK;
+  if (!a->in || !a->out || (a->num_chunks > 0 && (!a->split_sizes || !a->sorted_index)) ||
+      (a->out_probs && !a->probs))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "sort_chunks: in, out, split_sizes and sorted_index are required; "
+                              "out_probs needs probs");
+  if (a->backward && a->row_map)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "sort_chunks: row_map is a forward output (backward = 1 given)");
+  if (misaligned(a->in) || misaligned(a->out))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "sort_chunks: in and out must be 16-byte aligned");
+  int N = (int)a->num_rows, S = a->num_chunks, backward = a->backward ? 1 : 0;
+  sort_chunks_params sp = {a->in, a->out, a->split_sizes, a->sorted_index, a->probs,
+                           a->out_probs, a->row_map};
+  void *params[] = {&sp, &N, &S, &nv, &backward};
+  int per_block = p->copy_threads / p->copy_group;
+  return launch(m, MOEGEN_KERNEL_SORT_CHUNKS, -(((long long)N + per_block - 1) / per_block),
+                (unsigned)p->copy_threads, params, stream, "sort_chunks: cuLaunchKernel");
+}

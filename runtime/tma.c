@@ -1,0 +1,33 @@
+/* runtime/tma.c -- TMA descriptors (see tma.h). */
+#include "tma.h"
+
+/* Encodes a bf16 tensor map with the 128-byte swizzle. */
+static moegen_status encode(moegen_module *m, CUtensorMap *map, const void *base, unsigned rank,
+                            const unsigned long long *dims, const unsigned long long *strides,
+                            const unsigned *box, const char *what) {
+  static const unsigned ones[3] = {1, 1, 1};
+  CUresult r = moegen_module_driver(m)->cuTensorMapEncodeTiled(
+      map, MOEGEN_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, dims, strides, box, ones,
+      MOEGEN_CU_TENSOR_MAP_INTERLEAVE_NONE, MOEGEN_CU_TENSOR_MAP_SWIZZLE_128B,
+      MOEGEN_CU_TENSOR_MAP_L2_PROMOTION_L2_256B, MOEGEN_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
+}
+
+moegen_status moegen_tma_2d(moegen_module *m, CUtensorMap *map, const void *base, long long rows,
+                            long long cols, unsigned box_rows, unsigned box_cols, const char *what) {
+  const unsigned long long dims[2] = {(unsigned long long)cols, (unsigned long long)rows};
+  const unsigned long long strides[1] = {2ull * (unsigned long long)cols};
+  const unsigned box[2] = {box_cols, box_rows};
+  return encode(m, map, base, 2, dims, strides, box, what);
+}
+
+moegen_status moegen_tma_3d(moegen_module *m, CUtensorMap *map, const void *base, long long E,
+                            long long rows, long long cols, unsigned box_rows, unsigned box_cols,
+                            const char *what) {
+  const unsigned long long dims[3] = {(unsigned long long)cols, (unsigned long long)rows,
+                                      (unsigned long long)E};
+  const unsigned long long strides[2] = {2ull * (unsigned long long)cols,
+                                         2ull * (unsigned long long)(cols * rows)};
+  const unsigned box[3] = {box_cols, box_rows, 1};
+  return encode(m, map, base, 3, dims, strides, box, what);
+}

@@ -1,0 +1,293 @@
+/* GPU test: the MoE layer (moegen_layer_fwd / _bwd) against the CPU
+ * reference (tests/ref/layer_ref.c) for the routing of the four bench
+ * models (E, K, score, groups, bias, scaling) with small H and F that are
+ * not tile multiples, at T = 1 and an odd T; forward y, backward dx,
+ * dlogits, dw1, dw2 (bf16 and fp32 accumulate); and the whole forward +
+ * backward captured in one CUDA graph, replayed with new inputs (a new
+ * routing) at the same T. Tolerance (SPEC.md 6, bf16 GEMM outputs): relative
+ * Frobenius error < 1e-2 and max |d| / max |ref| < 2e-2. NaN fails.
+ * Exit 77 (skipped) without a device. */
+#include <math.h>
+
+#include "check.h"
+#include "dtypes.h"
+#include "gpu.h"
+#include "layer_ref.h"
+#include "moegen/moegen.h"
+
+#define ALL_UNITS                                                                     \
+  (1u << MOEGEN_UNIT_ROUTER | 1u << MOEGEN_UNIT_ROUTER_TRAIN | 1u << MOEGEN_UNIT_PERMUTE | \
+   1u << MOEGEN_UNIT_GEMM | 1u << MOEGEN_UNIT_GEMM_TRAIN)
+
+typedef struct model {
+  const char *name;
+  int E, K, groups, group_topk, bias;
+  moegen_score score;
+  int pre;
+  double scaling;
+} model;
+
+static const model models[] = {
+    {"deepseek-v3", 256, 8, 8, 4, 1, MOEGEN_SCORE_SIGMOID, 0, 2.5},
+    {"qwen3-30b-a3b", 128, 8, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1, 1.0},
+    {"mixtral-8x7b", 8, 2, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 0, 1.0},
+    {"gpt-oss-120b", 128, 4, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 0, 1.0},
+};
+
+enum { H = 264, F = 136 }; /* multiples of 8, not of any tile */
+
+static moegen_config config_of(const model *md) {
+  moegen_config c;
+  moegen_config_defaults(&c);
+  snprintf(c.name, sizeof c.name, "layertest");
+  c.experts = md->E;
+  c.topk = md->K;
+  c.hidden = H;
+  c.ffn = F;
+  c.score = md->score;
+  c.pre_softmax = md->pre;
+  c.groups = md->groups;
+  c.group_topk = md->group_topk;
+  c.expert_bias = md->bias;
+  c.scaling = md->scaling;
+  c.logits_dtype = MOEGEN_DTYPE_BF16;
+  return c;
+}
+
+/* n bf16 values scale * normal into host h (as floats) and device d. */
+static void fill_bf16(float *h, void *d, size_t n, float scale) {
+  uint16_t *b = malloc(2 * n + 2);
+  for (size_t i = 0; i < n; i++) {
+    b[i] = f32_to_bf16(scale * rng_normal());
+    h[i] = bf16_to_f32(b[i]);
+  }
+  gpu_put(d, b, 2 * n);
+  free(b);
+}
+
+/* Compares n device values (bf16, or fp32 if f32) with ref; 0 if they differ. */
+static int compare(const char *what, const void *dev, int f32, const float *ref, size_t n) {
+  void *h = malloc((f32 ? 4 : 2) * n + 4);
+  gpu_get(h, dev, (f32 ? 4 : 2) * n);
+  double d2 = 0, r2 = 0, dmax = 0, rmax = 0;
+  size_t nan = 0;
+  for (size_t i = 0; i < n; i++) {
+    float g = f32 ? ((float *)h)[i] : bf16_to_f32(((uint16_t *)h)[i]);
+    if (isnan(g)) nan++;
+    double d = fabs((double)g - ref[i]);
+    d2 += d * d;
+    r2 += (double)ref[i] * ref[i];
+    dmax = fmax(dmax, d);
+    rmax = fmax(rmax, fabs(ref[i]));
+  }
+  free(h);
+  double frob = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+  double rel = rmax > 0 ? dmax / rmax : dmax;
+  int ok = !nan && frob < 1e-2 && rel < 2e-2;
+  if (!ok)
+    printf("  FAIL %s: frob %.3e max|d|/max|ref| %.3e (%zu NaN of %zu)\n", what, frob, rel, nan, n);
+  return ok;
+}
+
+/* Host and device tensors of one layer problem at max_tokens = T. */
+typedef struct problem {
+  moegen_config c;
+  int T;
+  moegen_layer_shape sh;
+  float *x, *logits, *bias, *w1, *w2, *dy;             /* host */
+  void *dx_, *dlogits_, *dbias, *dw1_, *dw2_, *ddy;    /* device inputs */
+  void *y, *gx, *glogits, *gw1, *gw2, *saved, *ws;     /* device outputs */
+} problem;
+
+static void new_inputs(problem *p) {
+  const int T = p->T, E = p->c.experts;
+  fill_bf16(p->x, p->dx_, (size_t)T * H, 1.0f);
+  fill_bf16(p->logits, p->dlogits_, (size_t)T * E, 2.0f);
+  fill_bf16(p->dy, p->ddy, (size_t)T * H, 1.0f);
+}
+
+static problem make_problem(moegen_module *m, const model *md, int T) {
+  problem p = {.c = config_of(md), .T = T};
+  const int E = md->E;
+  moegen_layer_shape_of(moegen_module_image(m), T, &p.sh);
+  size_t nx = (size_t)T * H, nl = (size_t)T * E, n1 = (size_t)E * 2 * F * H, n2 = (size_t)E * H * F;
+  p.x = malloc(4 * nx + 4), p.logits = malloc(4 * nl + 4), p.bias = malloc(4 * (size_t)E);
+  p.w1 = malloc(4 * n1), p.w2 = malloc(4 * n2), p.dy = malloc(4 * nx + 4);
+  p.dx_ = gpu_alloc(2 * nx), p.dlogits_ = gpu_alloc(2 * nl), p.dbias = gpu_alloc(4 * (size_t)E);
+  p.dw1_ = gpu_alloc(2 * n1), p.dw2_ = gpu_alloc(2 * n2), p.ddy = gpu_alloc(2 * nx);
+  p.y = gpu_alloc(2 * nx), p.gx = gpu_alloc(2 * nx), p.glogits = gpu_alloc(2 * nl);
+  p.gw1 = gpu_alloc(4 * n1), p.gw2 = gpu_alloc(4 * n2); /* fp32: room for main_grad */
+  p.saved = gpu_alloc(p.sh.saved_bytes), p.ws = gpu_alloc(p.sh.workspace_bytes);
+  for (int e = 0; e < E; e++) p.bias[e] = 0.1f * rng_normal();
+  gpu_put(p.dbias, p.bias, 4 * (size_t)E);
+  fill_bf16(p.w1, p.dw1_, n1, 1.0f / sqrtf((float)H));
+  fill_bf16(p.w2, p.dw2_, n2, 1.0f / sqrtf((float)F));
+  new_inputs(&p);
+  return p;
+}
+
+static void free_problem(problem *p) {
+  free(p->x), free(p->logits), free(p->bias), free(p->w1), free(p->w2), free(p->dy);
+  gpu_free(p->dx_), gpu_free(p->dlogits_), gpu_free(p->dbias), gpu_free(p->dw1_);
+  gpu_free(p->dw2_), gpu_free(p->ddy), gpu_free(p->y), gpu_free(p->gx), gpu_free(p->glogits);
+  gpu_free(p->gw1), gpu_free(p->gw2), gpu_free(p->saved), gpu_free(p->ws);
+}
+
+static moegen_layer_fwd_args fwd_args(const problem *p) {
+  return (moegen_layer_fwd_args){.num_tokens = p->T, .max_tokens = p->T, .x = p->dx_,
+                                 .logits = p->dlogits_,
+                                 .expert_bias = p->c.expert_bias ? p->dbias : NULL,
+                                 .w1 = p->dw1_, .w2 = p->dw2_, .y = p->y, .saved = p->saved,
+                                 .saved_bytes = p->sh.saved_bytes, .workspace = p->ws,
+                                 .workspace_bytes = p->sh.workspace_bytes};
+}
+
+static moegen_layer_bwd_args bwd_args(const problem *p, int accumulate) {
+  return (moegen_layer_bwd_args){.num_tokens = p->T, .max_tokens = p->T, .dy = p->ddy,
+                                 .w1 = p->dw1_, .w2 = p->dw2_, .saved = p->saved,
+                                 .saved_bytes = p->sh.saved_bytes, .dx = p->gx,
+                                 .dlogits = p->glogits, .dw1 = p->gw1, .dw2 = p->gw2,
+                                 .accumulate = accumulate, .workspace = p->ws,
+                                 .workspace_bytes = p->sh.workspace_bytes};
+}
+
+/* Poisons the outputs. */
+static void poison(problem *p) {
+  size_t nx = (size_t)p->T * H, nl = (size_t)p->T * p->c.experts;
+  gpu_poison(p->y, 2 * nx), gpu_poison(p->gx, 2 * nx), gpu_poison(p->glogits, 2 * nl);
+  gpu_poison(p->gw1, 4 * (size_t)p->c.experts * 2 * F * H);
+  gpu_poison(p->gw2, 4 * (size_t)p->c.experts * H * F);
+  gpu_poison(p->saved, p->sh.saved_bytes), gpu_poison(p->ws, p->sh.workspace_bytes);
+}
+
+/* Checks every output against the reference; accumulate: dw are fp32 = base + grad. */
+static void verify(problem *p, const char *what, int accumulate, const float *base1,
+                   const float *base2) {
+  const int T = p->T, E = p->c.experts;
+  size_t nx = (size_t)T * H, nl = (size_t)T * E, n1 = (size_t)E * 2 * F * H, n2 = (size_t)E * H * F;
+  layer_ref_io io = {T, p->x, p->logits, p->c.expert_bias ? p->bias : NULL, p->w1, p->w2, p->dy};
+  float *y = malloc(4 * nx + 4), *dx = malloc(4 * nx + 4), *dl = malloc(4 * nl + 4);
+  float *dw1 = malloc(4 * n1), *dw2 = malloc(4 * n2);
+  layer_ref_fwd(&p->c, &io, y);
+  layer_ref_bwd(&p->c, &io, dx, dl, dw1, dw2);
+  if (accumulate) {
+    for (size_t i = 0; i < n1; i++) dw1[i] += base1[i];
+    for (size_t i = 0; i < n2; i++) dw2[i] += base2[i];
+  }
+  char label[160];
+  const char *names[] = {"y", "dx", "dlogits", "dw1", "dw2"};
+  const void *dev[] = {p->y, p->gx, p->glogits, p->gw1, p->gw2};
+  const float *ref[] = {y, dx, dl, dw1, dw2};
+  size_t n[] = {nx, nx, nl, n1, n2};
+  int ok = 1;
+  for (int i = 0; i < 5; i++) {
+    snprintf(label, sizeof label, "%s %s", what, names[i]);
+    ok &= compare(label, dev[i], i >= 3 && accumulate, ref[i], n[i]);
+  }
+  failures += !ok;
+  printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+  free(y), free(dx), free(dl), free(dw1), free(dw2);
+}
+
+static int run(moegen_module *m, problem *p, int accumulate, CUstream s) {
+  moegen_layer_fwd_args fa = fwd_args(p);
+  moegen_layer_bwd_args ba = bwd_args(p, accumulate);
+  moegen_status st = moegen_layer_fwd(m, &fa, s);
+  if (st == MOEGEN_OK) st = moegen_layer_bwd(m, &ba, s);
+  if (st != MOEGEN_OK) {
+    printf("  FAIL layer: %s: %s\n", moegen_status_string(st), moegen_module_last_error(m));
+    failures++;
+  }
+  return st == MOEGEN_OK;
+}
+
+/* Forward + backward at T, bf16 weight grads, then fp32 accumulate into
+ * random main_grad. */
+static void case_eager(moegen_module *m, const model *md, int T) {
+  problem p = make_problem(m, md, T);
+  char what[128];
+  poison(&p);
+  if (run(m, &p, 0, NULL)) {
+    CU(gpu_drv->cuCtxSynchronize());
+    snprintf(what, sizeof what, "%s T=%d", md->name, T);
+    verify(&p, what, 0, NULL, NULL);
+  }
+  size_t n1 = (size_t)md->E * 2 * F * H, n2 = (size_t)md->E * H * F;
+  float *b1 = malloc(4 * n1), *b2 = malloc(4 * n2);
+  for (size_t i = 0; i < n1; i++) b1[i] = rng_normal();
+  for (size_t i = 0; i < n2; i++) b2[i] = rng_normal();
+  gpu_put(p.gw1, b1, 4 * n1);
+  gpu_put(p.gw2, b2, 4 * n2);
+  if (run(m, &p, 1, NULL)) {
+    CU(gpu_drv->cuCtxSynchronize());
+    snprintf(what, sizeof what, "%s T=%d main_grad", md->name, T);
+    verify(&p, what, 1, b1, b2);
+  }
+  free(b1), free(b2);
+  free_problem(&p);
+}
+
+/* Forward + backward captured once; replayed twice with new x, logits, dy. */
+static void case_graph(moegen_module *m, const model *md, int T) {
+  problem p = make_problem(m, md, T);
+  CUstream s;
+  CUgraph g;
+  CUgraphExec ge;
+  CU(gpu_drv->cuStreamCreate(&s, MOEGEN_CU_STREAM_NON_BLOCKING));
+  CU(gpu_drv->cuStreamBeginCapture(s, MOEGEN_CU_STREAM_CAPTURE_MODE_GLOBAL));
+  int ok = run(m, &p, 0, s);
+  CU(gpu_drv->cuStreamEndCapture(s, &g));
+  if (ok) {
+    CU(gpu_drv->cuGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 2; rep++) {
+      new_inputs(&p);
+      poison(&p);
+      gpu_replay(ge, s);
+      char what[128];
+      snprintf(what, sizeof what, "%s T=%d graph replay %d", md->name, T, rep);
+      verify(&p, what, 0, NULL, NULL);
+    }
+    CU(gpu_drv->cuGraphExecDestroy(ge));
+  }
+  CU(gpu_drv->cuGraphDestroy(g));
+  CU(gpu_drv->cuStreamDestroy(s));
+  free_problem(&p);
+}
+
+/* Argument checks: T past max_tokens, short saved/workspace. */
+static void case_args(moegen_module *m, const model *md) {
+  problem p = make_problem(m, md, 4);
+  moegen_layer_fwd_args fa = fwd_args(&p);
+  fa.num_tokens = 5;
+  CHECK(moegen_layer_fwd(m, &fa, NULL) == MOEGEN_ERR_INVALID_ARGUMENT, "T > max_tokens accepted");
+  fa = fwd_args(&p);
+  fa.saved_bytes -= 1;
+  CHECK(moegen_layer_fwd(m, &fa, NULL) == MOEGEN_ERR_INVALID_ARGUMENT, "short saved accepted");
+  moegen_layer_bwd_args ba = bwd_args(&p, 0);
+  ba.workspace_bytes = 0;
+  CHECK(moegen_layer_bwd(m, &ba, NULL) == MOEGEN_ERR_INVALID_ARGUMENT, "short workspace accepted");
+  fa = fwd_args(&p);
+  fa.num_tokens = 0;
+  CHECK(moegen_layer_fwd(m, &fa, NULL) == MOEGEN_OK, "T = 0: %s", moegen_module_last_error(m));
+  free_problem(&p);
+  printf("ok   argument checks\n");
+}
+
+int main(void) {
+  gpu_init_or_skip();
+  rng_seed();
+  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+    moegen_config c = config_of(&models[i]);
+    moegen_module *m = test_jit(&c, ALL_UNITS, models[i].name);
+    if (!m) continue;
+    case_eager(m, &models[i], 1);
+    case_eager(m, &models[i], 77);
+    if (i == 0) {
+      case_graph(m, &models[i], 45);
+      case_args(m, &models[i]);
+    }
+    moegen_module_destroy(m);
+  }
+  printf("%s\n", failures ? "layer GPU test FAILED" : "layer GPU test passed");
+  return failures ? 1 : 0;
+}
