@@ -99,11 +99,18 @@ static inline float example_uniform(void) {
   return (float)((double)(example_rng() >> 40) * (2.0 / 16777216.0) - 1.0);
 }
 
-/* A device buffer of n bf16 values: the first min(n, 2^20) random uniform in
- * [-scale, scale), then that block repeated (copied on the device, so the
- * weights of a large model take milliseconds). */
-static inline void *example_random_bf16(size_t n, float scale) {
-  size_t block = n < ((size_t)1 << 20) ? n : ((size_t)1 << 20);
+/* Values per block of example_random_bf16_kept. */
+static inline size_t example_block_of(size_t n) {
+  return n < ((size_t)1 << 20) ? n : ((size_t)1 << 20);
+}
+
+/* A device buffer of n bf16 values: the first example_block_of(n) random
+ * uniform in [-scale, scale), then that block repeated (copied on the
+ * device, so the weights of a large model take milliseconds). If kept is
+ * not NULL, *kept receives the block (malloc'd): element i is
+ * (*kept)[i % example_block_of(n)]. */
+static inline void *example_random_bf16_kept(size_t n, float scale, uint16_t **kept) {
+  size_t block = example_block_of(n);
   uint16_t *h = malloc(2 * block + 2);
   void *d = NULL;
   if (!h) exit(1);
@@ -114,8 +121,13 @@ static inline void *example_random_bf16(size_t n, float scale) {
     size_t c = done < n - done ? done : n - done;
     CUDA_CHECK(cudaMemcpy((char *)d + 2 * done, d, 2 * c, cudaMemcpyDeviceToDevice));
   }
-  free(h);
+  if (kept) *kept = h;
+  else free(h);
   return d;
+}
+
+static inline void *example_random_bf16(size_t n, float scale) {
+  return example_random_bf16_kept(n, scale, NULL);
 }
 
 /* The value text of `key` in a module's config_lua (moegen's `  key = value,`

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "example.h"
+#include "preset.h"
 #include "moegen/moegen.h"
 
 static atomic_int compiles; /* progress lines: one per unit NVRTC compiles */
@@ -79,13 +80,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s [PRESET [TOKENS [ITERS]]]\n", argv[0]);
     return 1;
   }
-  moegen_config cfg;
-  moegen_error err = {0};
-  moegen_config_defaults(&cfg);
-  if (moegen_config_preset(&cfg, preset, &err) != 0) {
-    fprintf(stderr, "%s\n", err.msg);
-    return 1;
-  }
+  moegen_config cfg = example_preset(preset);
   example_device_or_skip(); /* moegen_jit reads the arch of the current device */
   moegen_set_log(on_log, NULL);
 
