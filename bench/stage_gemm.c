@@ -67,6 +67,15 @@ static int check_rows(const moegen_gemm_fwd_args *a, const int32_t *counts, int 
   return bad;
 }
 
+/* The timing line of a GEMM stage, with peers.py's FLOPs: 2 rows N K. */
+static void gemm_result(const char *stage, const bench_model *md, int T, float ms, int rows, int N,
+                        int K) {
+  char extra[128];
+  snprintf(extra, sizeof extra, ", \"tflops\": %.1f, \"rows\": %d, \"K\": %d, \"N\": %d",
+           2.0 * rows * N * K / ms / 1e9, rows, K, N);
+  bench_result(stage, md, T, ms, extra);
+}
+
 static void bench_gemm(const bench_model *md, int T, moegen_gemm_id which, void *flush) {
   const char *stage = which == MOEGEN_GEMM1 ? "gemm1" : "gemm2";
   gemm_ctx ctx = {.m = bench_module(md, stage, T)};
@@ -102,11 +111,7 @@ static void bench_gemm(const bench_model *md, int T, moegen_gemm_id which, void 
     bench_error(stage, md, T, "output differs from the CPU reference");
   } else {
     float ms = bench_time_op(gemm_op, &ctx, flush);
-    double flops = 2.0 * rows * N * K;
-    char extra[128];
-    snprintf(extra, sizeof extra, ", \"tflops\": %.1f, \"rows\": %d, \"K\": %d, \"N\": %d",
-             flops / ms / 1e9, rows, K, N);
-    bench_result(stage, md, T, ms, extra);
+    gemm_result(stage, md, T, ms, rows, N, K);
   }
   gpu_free(x); gpu_free(w); gpu_free(y); gpu_free(dcounts);
   free(counts); free(block); free(xb); free(wb);
@@ -201,11 +206,7 @@ static void bench_gemm1_bwd(const bench_model *md, int T, int wgrad, void *flush
     bench_error(stage, md, T, "output differs from the CPU reference");
   } else {
     float ms = bench_time_op(gemm_bwd_op, &ctx, flush);
-    double flops = 2.0 * rows * N * K;
-    char extra[128];
-    snprintf(extra, sizeof extra, ", \"tflops\": %.1f, \"rows\": %d, \"K\": %d, \"N\": %d",
-             flops / ms / 1e9, rows, K, N);
-    bench_result(stage, md, T, ms, extra);
+    gemm_result(stage, md, T, ms, rows, N, K);
   }
   for (int b = 0; b < 3; b++) gpu_free(dev[b]);
   gpu_free(out); gpu_free(dcounts);

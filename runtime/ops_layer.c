@@ -180,6 +180,30 @@ moegen_status moegen_layer_fwd(moegen_module *m, const moegen_layer_fwd_args *a,
   return moegen_unpermute_fwd(m, &ua, stream);
 }
 
+/* Both weight grads from dy2 (in y2's space) and dh; R = 0 writes zeros
+ * (accumulate: leaves main_grad as it is) and reads nothing else. */
+static moegen_status weight_grads(moegen_module *m, const moegen_layer_bwd_args *a,
+                                  const layer_layout *L, int64_t R, CUstream stream) {
+  const void *s = a->saved;
+  void *w = a->workspace;
+  moegen_gemm_wgrad_args w2g = {.which = MOEGEN_GEMM2,
+                                .max_rows = R,
+                                .dy = AT(w, L->y2),
+                                .x = AT(s, L->act),
+                                .dw = a->dw2,
+                                .accumulate = a->accumulate,
+                                .offsets = AT(s, L->offsets)};
+  moegen_status st = moegen_gemm_wgrad(m, &w2g, stream);
+  moegen_gemm_wgrad_args w1g = {.which = MOEGEN_GEMM1,
+                                .max_rows = R,
+                                .dy = AT(w, L->dh),
+                                .x = AT(s, L->xrows),
+                                .dw = a->dw1,
+                                .accumulate = a->accumulate,
+                                .offsets = AT(s, L->offsets)};
+  return st != MOEGEN_OK ? st : moegen_gemm_wgrad(m, &w1g, stream);
+}
+
 moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *a, CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   layer_layout L;
@@ -188,9 +212,9 @@ moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *a,
   if (st != MOEGEN_OK) return st;
   const moegen_image *img = moegen_module_image(m);
   const int64_t T = a->num_tokens, R = T * img->router.topk;
+  if (T == 0) return weight_grads(m, a, &L, 0, stream); /* an empty batch: zero weight grads */
   const void *s = a->saved;
   void *w = a->workspace;
-  const moegen_driver *d = moegen_module_driver(m);
   /* dy2 = dy at each route's row (probs were applied in GEMM1's epilogue). */
   moegen_unpermute_bwd_args ub = {.num_tokens = T,
                                   .num_rows = R,
@@ -200,10 +224,10 @@ moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *a,
                                   .offsets = AT(s, L.offsets),
                                   .counts = AT(s, L.pcounts),
                                   .grad_rows = AT(w, L.y2)};
-  st = T ? moegen_unpermute_bwd(m, &ub, stream) : MOEGEN_OK;
+  st = moegen_unpermute_bwd(m, &ub, stream);
   if (st != MOEGEN_OK) return st;
-  CUresult r = d->cuMemsetD32Async((CUdeviceptr)(uintptr_t)AT(w, L.dprob), 0, (size_t)(R ? R : 1),
-                                   stream);
+  CUresult r = moegen_module_driver(m)->cuMemsetD32Async(
+      (CUdeviceptr)(uintptr_t)AT(w, L.dprob), 0, (size_t)R, stream);
   if (r) return moegen_module_cuda_fail(m, r, "layer_bwd: cuMemsetD32Async(dprob)");
   /* dh = SwiGLU backward of dact = dy2 w2; dprob += dact . silu(g) u. */
   moegen_gemm_dglu_args dg = {.max_rows = R,
@@ -214,25 +238,9 @@ moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *a,
                               .dh = AT(w, L.dh),
                               .dprob = AT(w, L.dprob),
                               .offsets = AT(s, L.offsets)};
-  st = T ? moegen_gemm2_dgrad_glu(m, &dg, stream) : MOEGEN_OK;
-  /* Weight grads (an empty batch writes zeros, or leaves main_grad as it is). */
-  moegen_gemm_wgrad_args w2g = {.which = MOEGEN_GEMM2,
-                                .max_rows = R,
-                                .dy = AT(w, L.y2),
-                                .x = AT(s, L.act),
-                                .dw = a->dw2,
-                                .accumulate = a->accumulate,
-                                .offsets = AT(s, L.offsets)};
-  if (st == MOEGEN_OK) st = moegen_gemm_wgrad(m, &w2g, stream);
-  moegen_gemm_wgrad_args w1g = {.which = MOEGEN_GEMM1,
-                                .max_rows = R,
-                                .dy = AT(w, L.dh),
-                                .x = AT(s, L.xrows),
-                                .dw = a->dw1,
-                                .accumulate = a->accumulate,
-                                .offsets = AT(s, L.offsets)};
-  if (st == MOEGEN_OK) st = moegen_gemm_wgrad(m, &w1g, stream);
-  if (st != MOEGEN_OK || T == 0) return st;
+  st = moegen_gemm2_dgrad_glu(m, &dg, stream);
+  if (st == MOEGEN_OK) st = weight_grads(m, a, &L, R, stream);
+  if (st != MOEGEN_OK) return st;
   /* dxr = dh w1 (into y2's space: dy2 is no longer needed). */
   moegen_gemm_dgrad_args d1 = {.which = MOEGEN_GEMM1,
                                .max_rows = R,
