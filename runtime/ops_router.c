@@ -75,6 +75,27 @@ static moegen_status check_args(moegen_module *m, const moegen_router_fwd_args *
   return MOEGEN_OK;
 }
 
+/* Grid and block of one launch for T > 0 tokens. The kernel serves
+ * blockDim.x / lanes tokens per block iteration for any multiple of 32
+ * threads up to the plan's block. Enough tokens: the plan's block, a
+ * persistent grid of at most one full wave. Fewer tokens than one such block
+ * per SM: the fewest warps per block that still spread the token chains over
+ * every SM (at T = 256 DeepSeek-V3 needs 128 warps: 128 one-warp blocks on
+ * 128 SMs instead of 16 eight-warp blocks on 16 SMs, so no scheduler serves
+ * two chains). */
+static void launch_shape(const moegen_router_plan *p, const moegen_device_info *dev, int64_t T,
+                         unsigned *threads, unsigned *grid) {
+  int64_t warps_per_block = p->threads / 32;
+  int64_t tokens_per_warp = p->tokens_per_block / warps_per_block;
+  int64_t warps = (T + tokens_per_warp - 1) / tokens_per_warp;
+  int64_t sms = dev->sm_count > 0 ? dev->sm_count : 1;
+  if (warps < warps_per_block * sms) warps_per_block = (warps + sms - 1) / sms;
+  int64_t blocks = (warps + warps_per_block - 1) / warps_per_block;
+  int64_t cap = (int64_t)dev->sm_count * dev->blocks_per_sm; /* one full wave, persistent */
+  *threads = (unsigned)(32 * warps_per_block);
+  *grid = (unsigned)(blocks < cap ? blocks : cap);
+}
+
 moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *a, CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   moegen_status st = check_args(m, a);
@@ -93,15 +114,14 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
   }
   if (a->num_tokens == 0) return MOEGEN_OK;
   int T = (int)a->num_tokens;
-  long long blocks = (a->num_tokens + p->tokens_per_block - 1) / p->tokens_per_block;
-  long long cap = (long long)dev.sm_count * dev.blocks_per_sm; /* one full wave, persistent */
-  unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
+  unsigned threads, grid;
+  launch_shape(p, &dev, a->num_tokens, &threads, &grid);
   router_fwd_params prm = {a->logits, a->expert_bias, a->probs, a->routing_map, a->routing_bitmap,
                            a->topk_indices, a->topk_weights, a->intermediate, a->expert_counts,
                            a->qb_histogram, a->qb_bounds, a->qb_cutoff};
   int index_dtype = (int)a->index_dtype, qb_bins = a->qb_bins;
   void *params[] = {&prm, &T, &index_dtype, &qb_bins};
-  r = d->cuLaunchKernel(fn, grid, 1, 1, (unsigned)p->threads, 1, 1, (unsigned)p->smem_bytes, stream,
+  r = d->cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, (unsigned)p->smem_bytes, stream,
                         params, NULL);
   if (r) return moegen_module_cuda_fail(m, r, "router_fwd: cuLaunchKernel");
   return MOEGEN_OK;

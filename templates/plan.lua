@@ -64,6 +64,29 @@ local function router_plan()
   end
   local esize = dtype_bytes[cfg.logits_dtype]
   local threads = per_lane > 32 and 128 or 256
+  -- depth: entries of a lane's sorted candidate list. A lane rescans its
+  -- experts only when it gives away more than `depth` winners; at depth 2
+  -- that happened ~2.6 times per warp iteration for DeepSeek-V3 (16 lanes,
+  -- K = 8) and ~4.2 for Qwen3 (simulated on the bench's normal logits), at
+  -- ~190 instructions each; at 4 it is ~0.02 / ~0.16. Never more than the
+  -- picks (no rescan can happen then), at least the group's top-KG share of
+  -- a lane (the group score reads it from the list), at most per_lane.
+  -- Predicted (static SASS of sm_90a, bench inputs; not yet measured):
+  --  * depth 4: fill 16 x ~18 instead of ~9 per expert, rescans ~2.6 -> ~0.02
+  --    per warp iteration: DeepSeek-V3 ~ -150 warp-instructions per token
+  --    (of ~885), Qwen3 ~ -160 (4 tokens a warp, 4.2 -> 0.16 rescans).
+  --  * group score by a values-only merge of the lanes' lists (no KG
+  --    selection passes, no saved cursor): DeepSeek-V3 ~ -50 per token and
+  --    ~2 x 190 cycles off each token's chain.
+  --    Together: DeepSeek-V3 T = 16384 14.5 M -> ~10.5 M instructions,
+  --    29.2 -> ~22 us per call.
+  --  * small T (runtime/ops_router.c): one-warp blocks over every SM, so no
+  --    scheduler serves two token chains: T = 256 ~ -0.5 us of body.
+  --    Next (not done): two winners per pass (top-2 butterfly), which halves
+  --    the K pass chains (~8 x 190 cycles) at T = 256.
+  local picks = cfg.quantile_balancing and K + 1 or K
+  local group_need = grouped and math.min(K // cfg.group_topk, per_lane) or 1
+  local depth = math.min(math.max(math.min(4, picks), group_need), per_lane)
   local p = {
     experts = E,
     topk = K,
@@ -75,14 +98,16 @@ local function router_plan()
     lanes = lanes,
     seg = seg,
     per_lane = per_lane,
+    depth = depth,
     -- vector widths (elements) of each access; all divide E and per_lane
     logit_vec = pow2_dividing(16 // esize, E, per_lane),
     map_vec = pow2_dividing(16, E, per_lane),
     inter_vec = pow2_dividing(4, E, per_lane),
     threads = threads,
     -- cap registers at 64 for 4 resident blocks (32 warps) where that was
-    -- seen not to spill (<= 16 experts and at most one compact entry per lane)
-    min_blocks = (per_lane <= 16 and K <= lanes) and 4 or 1,
+    -- seen not to spill (<= 16 experts and at most one compact entry per
+    -- lane; sm_90a only: with depth-4 lists sm_80's code spilled 4 bytes)
+    min_blocks = (per_lane <= 16 and K <= lanes and opt.arch == "sm_90a") and 4 or 1,
     tokens_per_block = threads // 32 * (32 // lanes),
     smem_bytes = 4 * E, -- per-block expert histogram for the fused counts
     logits_type = dtype_ctype[cfg.logits_dtype],
