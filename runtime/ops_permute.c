@@ -229,15 +229,18 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a,
 
 /* ---------------------------------------------------------------- combine */
 
-/* The combine kernel: out[t] = sum_k w rows[row_map[t,k]]. */
+/* The combine kernel: out[t] = sum_k w rows[row_map[t,k]]. Its blocks walk
+ * slabs of >= gather_threads output vectors grid-stride: one wave, or one
+ * block per gather_threads vectors when fewer (blocks past the last slab
+ * return at once). */
 static moegen_status combine(moegen_module *m, const moegen_permute_plan *p, int64_t num_tokens,
                              int dtype, int nv, const void *rows, const int32_t *row_map,
                              const float *probs, void *out, CUstream stream, const char *what) {
   int T = (int)num_tokens;
   unpermute_params cp = {rows, row_map, probs, out};
-  void *params[] = {&cp, &T, &nv, &dtype};
-  int per_block = p->gather_threads / p->gather_group;
-  return launch(m, MOEGEN_KERNEL_UNPERMUTE, -((num_tokens + per_block - 1) / per_block),
+  void *params[] = {&cp, &T, &dtype};
+  long long vecs = (long long)num_tokens * nv;
+  return launch(m, MOEGEN_KERNEL_UNPERMUTE, -((vecs + p->gather_threads - 1) / p->gather_threads),
                 (unsigned)p->gather_threads, params, stream, what);
 }
 

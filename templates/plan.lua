@@ -301,6 +301,40 @@ local function permute_plan()
   -- copy group: the fewest threads per row with <= 8 vectors each
   local cg = 1
   while cg < 128 and (nv + cg - 1) // cg > 8 do cg = cg * 2 end
+  -- combine: a thread owns combine_vecs vectors of a slab and loads each
+  -- from its K rows: K * combine_vecs <= COMBINE_LOADS 16-byte loads in
+  -- flight (128 B for K in {1, 2, 4, 8}; only K > 8 has more). Launch bounds
+  -- cap the kernel at 80 registers (more loads would spill): 3 blocks of 256
+  -- per SM, <= 96 KB of loads in flight per SM against the ~32 KB that
+  -- 4.3 TB/s x ~1 us needs.
+  --
+  -- Predictions (2026-12 rewrite, H200, T = 16384 unless said; to be
+  -- checked by `moegen-bench --stages permute,unpermute`):
+  --  * combine was GG = 32 lanes per token walking the row in 512 B steps,
+  --    8 tokens per block, a persistent grid of 396 blocks: DS3 0.774 ms
+  --    (64% of copy), Qwen3 0.233 ms, DS3 T = 256 0.108 ms. Its losses:
+  --    (a) 5.17 token rounds run as 6, the last at 17% occupancy (~10%);
+  --    (b) each row read as 28 scattered 512 B pieces ~1-4 us apart, so
+  --    DRAM sees random 512 B reads instead of streams (~15-20%); (c) at
+  --    T = 256 only 32 blocks of 8 tokens, each lane 28 dependent rounds
+  --    of K loads (latency-bound, ~25x too few bytes in flight).
+  --    Now slabs of 256 x combine_vecs consecutive output vectors, walked
+  --    grid-stride by one wave: a slab reads 4 KB contiguous of each of its
+  --    rows and neighbouring blocks the next 4 KB at the same time (a copy's
+  --    pattern); the tail is one slab (36 KB, < 1% at T = 16384); at
+  --    T = 256 DS3's 896 slabs (all SMs busy) take 396 blocks 2.3 rounds.
+  --    DS3: 0.774 -> ~0.56-0.60 ms (84-90% of copy; 85% is <= 0.59 ms).
+  --    Qwen3 (nv = 256, a slab is one token): 0.233 -> ~0.16-0.18 ms
+  --    (need <= 0.203). Mixtral (K = 2, 4 vectors per thread) and gpt-oss
+  --    (K = 4, 2 per thread) alike: ~80-88% of copy. DS3 T = 256: 0.108 ->
+  --    ~0.012-0.02 ms (33 MB is 8 us at copy speed, plus launch).
+  --  * ldg_vec's .cs (evict-first; x in permute, rows in the combine, the
+  --    chunk sort): every row is read once; keeps the row map / probs and
+  --    dirty output lines in L2. 0-2%.
+  --  * permute rows is unchanged otherwise (0.593 ms, 83%): its reads are
+  --    oversubscribed (8 x 14 KB per SM in flight) so its 15.5-round tail
+  --    costs < 1%; it gains only the hint: ~0.58-0.59 ms.
+  local COMBINE_LOADS = 8
   return {
     supported = ok and 1 or 0,
     experts = E,
@@ -314,7 +348,7 @@ local function permute_plan()
     copy_iters = (nv + cg - 1) // cg,
     gather_threads = 256,
     gather_group = math.min(32, pow2_ceil(nv)),
-    gather_unroll = K >= 4 and 1 or 2, -- combine steps in flight: >= 4 row loads each
+    combine_vecs = math.max(1, COMBINE_LOADS // K),
     zero_chunk = 16,
     max_chunks = 2048,
   }
