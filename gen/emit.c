@@ -133,12 +133,18 @@ static int write_json(FILE *f, const moegen_sources *src, const moegen_gen_optio
                              r->smem_bytes);
   json_t *kernels = json_pack("[o]", kernel);
   const moegen_gemm_plan *gp = &src->gemm;
-  for (int g = 0; gp->supported && g < 2; g++) {
-    const moegen_gemm_kernel_plan *k = g ? &gp->gemm2 : &gp->gemm1;
+  const struct {
+    const char *name;
+    const moegen_gemm_kernel_plan *k;
+  } fwd[] = {{"moegen_gemm1_fwd", &gp->gemm1},
+             {"moegen_gemm2_fwd", &gp->gemm2},
+             {"moegen_gemm1_fwd_tall", &gp->gemm1_tall},
+             {"moegen_gemm2_fwd_tall", &gp->gemm2_tall}};
+  for (size_t g = 0; gp->supported && g < sizeof fwd / sizeof fwd[0]; g++) {
+    const moegen_gemm_kernel_plan *k = fwd[g].k;
     json_array_append_new(kernels, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "name",
-                                             g ? "moegen_gemm2_fwd" : "moegen_gemm1_fwd",
-                                             "threads", k->threads, "n", k->n, "k", k->k, "bm",
-                                             k->bm, "bn", k->bn, "stages", k->stages,
+                                             fwd[g].name, "threads", k->threads, "n", k->n, "k",
+                                             k->k, "bm", k->bm, "bn", k->bn, "stages", k->stages,
                                              "smem_bytes", k->smem_bytes));
   }
   const moegen_router_bwd_plan *rb = &src->router_bwd;

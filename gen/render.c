@@ -188,6 +188,7 @@ static int read_gemm_plan(moegen_sandbox *sb, moegen_gemm_plan *p, moegen_error 
   static const plan_field top[] = {
       {"experts", offsetof(moegen_gemm_plan, experts)},
       {"supported", offsetof(moegen_gemm_plan, supported)},
+      {"tall_rows_per_expert", offsetof(moegen_gemm_plan, tall_rows_per_expert)},
   };
   static const plan_field fields[] = {
       {"n", offsetof(moegen_gemm_kernel_plan, n)},
@@ -203,9 +204,12 @@ static int read_gemm_plan(moegen_sandbox *sb, moegen_gemm_plan *p, moegen_error 
     const char *name;
     moegen_gemm_kernel_plan *k;
   } kernels[] = {{"gemm1", &p->gemm1},           {"gemm2", &p->gemm2},
+                 {"gemm1_tall", &p->gemm1_tall}, {"gemm2_tall", &p->gemm2_tall},
                  {"gemm1_dgrad", &p->gemm1_dgrad}, {"gemm2_dgrad", &p->gemm2_dgrad},
                  {"gemm1_wgrad", &p->gemm1_wgrad}, {"gemm2_wgrad", &p->gemm2_wgrad},
-                 {"gemm1_glu", &p->gemm1_glu}};
+                 {"gemm1_glu", &p->gemm1_glu},
+                 {"gemm1_dgrad_tall", &p->gemm1_dgrad_tall}, {"gemm2_dgrad_tall", &p->gemm2_dgrad_tall},
+                 {"gemm1_glu_tall", &p->gemm1_glu_tall}};
   memset(p, 0, sizeof *p);
   int rc = READ_FIELDS(sb, "gemm", top, p, err);
   for (size_t g = 0; !rc && g < sizeof kernels / sizeof kernels[0]; g++) {

@@ -27,6 +27,8 @@ const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT] = {
     [MOEGEN_KERNEL_ROUTER_FWD] = {"moegen_router_fwd", MOEGEN_UNIT_ROUTER},
     [MOEGEN_KERNEL_GEMM1_FWD] = {"moegen_gemm1_fwd", MOEGEN_UNIT_GEMM},
     [MOEGEN_KERNEL_GEMM2_FWD] = {"moegen_gemm2_fwd", MOEGEN_UNIT_GEMM},
+    [MOEGEN_KERNEL_GEMM1_FWD_TALL] = {"moegen_gemm1_fwd_tall", MOEGEN_UNIT_GEMM},
+    [MOEGEN_KERNEL_GEMM2_FWD_TALL] = {"moegen_gemm2_fwd_tall", MOEGEN_UNIT_GEMM},
     [MOEGEN_KERNEL_ROUTER_BWD] = {"moegen_router_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
     [MOEGEN_KERNEL_AUX_SCORES_FWD] = {"moegen_aux_scores_fwd", MOEGEN_UNIT_ROUTER_TRAIN},
     [MOEGEN_KERNEL_AUX_SCORES_BWD] = {"moegen_aux_scores_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
@@ -38,6 +40,10 @@ const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT] = {
     [MOEGEN_KERNEL_GEMM2_WGRAD] = {"moegen_gemm2_wgrad", MOEGEN_UNIT_GEMM_TRAIN},
     [MOEGEN_KERNEL_GEMM1_FWD_GLU] = {"moegen_gemm1_fwd_glu", MOEGEN_UNIT_GEMM},
     [MOEGEN_KERNEL_GEMM2_DGRAD_GLU] = {"moegen_gemm2_dgrad_glu", MOEGEN_UNIT_GEMM_TRAIN},
+    [MOEGEN_KERNEL_GEMM1_DGRAD_TALL] = {"moegen_gemm1_dgrad_tall", MOEGEN_UNIT_GEMM_TRAIN},
+    [MOEGEN_KERNEL_GEMM2_DGRAD_TALL] = {"moegen_gemm2_dgrad_tall", MOEGEN_UNIT_GEMM_TRAIN},
+    [MOEGEN_KERNEL_GEMM1_FWD_GLU_TALL] = {"moegen_gemm1_fwd_glu_tall", MOEGEN_UNIT_GEMM},
+    [MOEGEN_KERNEL_GEMM2_DGRAD_GLU_TALL] = {"moegen_gemm2_dgrad_glu_tall", MOEGEN_UNIT_GEMM_TRAIN},
     [MOEGEN_KERNEL_PERMUTE_ROUTES] = {"moegen_permute_routes", MOEGEN_UNIT_PERMUTE},
     [MOEGEN_KERNEL_PERMUTE_RANK] = {"moegen_permute_rank", MOEGEN_UNIT_PERMUTE},
     [MOEGEN_KERNEL_PERMUTE_ROWS] = {"moegen_permute_rows", MOEGEN_UNIT_PERMUTE},
@@ -425,8 +431,10 @@ static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *
     *smem = 0;
     return 1;
   }
-  if ((id == MOEGEN_KERNEL_GEMM1_FWD || id == MOEGEN_KERNEL_GEMM2_FWD) && img->gemm.supported) {
-    const moegen_gemm_kernel_plan *g = id == MOEGEN_KERNEL_GEMM1_FWD ? &img->gemm.gemm1 : &img->gemm.gemm2;
+  if (id >= MOEGEN_KERNEL_GEMM1_FWD && id <= MOEGEN_KERNEL_GEMM2_FWD_TALL && img->gemm.supported) {
+    const moegen_gemm_kernel_plan *const fwd[] = {&img->gemm.gemm1, &img->gemm.gemm2,
+                                                  &img->gemm.gemm1_tall, &img->gemm.gemm2_tall};
+    const moegen_gemm_kernel_plan *g = fwd[id - MOEGEN_KERNEL_GEMM1_FWD];
     *threads = (unsigned)g->threads;
     *smem = (unsigned)g->smem_bytes;
     return 1;

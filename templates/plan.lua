@@ -185,31 +185,48 @@ end
 --  * BN is the candidate with the fewest padded columns (gpt-oss N = 2880 and
 --    5760 are multiples of 192, not 256); registers: 40 for the producer,
 --    232 for the consumers (128 * 40 + 256 * 232 = 64512 <= 65536).
+--  * tall tiles (run 6, bench/RESULTS.md), 256 x 128: ncu on DeepSeek-V3
+--    gemm1 at T = 16384 (512 rows per expert) showed DRAM 88% busy, 82 GB
+--    moved for 17 GB of operands, L2 hit rate 33%: the 4-5 CTAs that read
+--    each weight tile drift apart by more than an L2 lifetime (50 MB at
+--    4.2 TB/s = 12 us) and each fetches it from HBM. A 256-row tile reads
+--    each weight tile for twice the rows inside one CTA: weight traffic
+--    x4.5 -> x2.5 of the 15 GB; same smem bytes per step (A 32 + B 16 KiB),
+--    each consumer runs two m64n128 wgmmas per k16 (128 accumulators).
+--    A call takes the tall kernels only with max_rows >= GEMM_TALL_ROWS * E
+--    (below 256 rows per expert the second consumer would idle).
+--    Predicted: DeepSeek-V3 gemm1 T = 16384 21.6 -> ~15 ms. Measured (run
+--    6, threshold 256): DeepSeek-V3 T = 16384 gemm1 21.6 -> 19.1 ms, gemm2
+--    9.4 -> 8.6, dgrad 20.0 -> 17.7; Mixtral T = 4096 gemm1 3.81 -> 3.44;
+--    but Qwen3 T = 4096 (256 rows per expert) gemm2 0.287 -> 0.322 and
+--    Mixtral / Qwen3 T = 16384 within +-3%: the threshold is now 512.
 local GEMM_SMEM_LIMIT = 232448 -- opt-in dynamic shared memory per CTA (sm_90)
 local GEMM_BM, GEMM_BK, GEMM_MAX_STAGES = 128, 64, 6
+local GEMM_TALL_ROWS = 512
 
 -- Shared memory of one GEMM kernel: per-expert tables (tile and row starts,
 -- E + 1 ints each, plus 32 ints of scan scratch), the barriers, 1 KiB to
 -- align the tiles to the 128B-swizzle atom, then the stages.
-local function gemm_smem(E, bn, stages)
+local function gemm_smem(E, bn, stages, bm)
   local tables = (8 * (E + 1) + 4 * 32 + 15) // 16 * 16
-  return tables + 16 * stages + 1024 + stages * (GEMM_BM + bn) * GEMM_BK * 2
+  return tables + 16 * stages + 1024 + stages * ((bm or GEMM_BM) + bn) * GEMM_BK * 2
 end
 
-local function gemm_kernel_plan(N, K, E)
+local function gemm_kernel_plan(N, K, E, bm)
+  bm = bm or GEMM_BM
   local bn, waste
-  for _, cand in ipairs({ 256, 192, 128 }) do
+  for _, cand in ipairs(bm == 256 and { 128 } or { 256, 192, 128 }) do
     local w = (N + cand - 1) // cand * cand - N
     if not bn or w < waste then bn, waste = cand, w end
   end
   local stages = GEMM_MAX_STAGES
-  while gemm_smem(E, bn, stages) > GEMM_SMEM_LIMIT do stages = stages - 1 end
+  while gemm_smem(E, bn, stages, bm) > GEMM_SMEM_LIMIT do stages = stages - 1 end
   return {
     n = N, k = K,
-    bm = GEMM_BM, bn = bn, bk = GEMM_BK,
+    bm = bm, bn = bn, bk = GEMM_BK,
     stages = stages,
     threads = 384,          -- producer + 2 consumer warpgroups
-    smem_bytes = gemm_smem(E, bn, stages),
+    smem_bytes = gemm_smem(E, bn, stages, bm),
   }
 end
 
@@ -225,30 +242,31 @@ end
 --    [F, 2F) of one tile side by side (bn / 2 of each), act = silu(gate) * up.
 local GEMM_DB_BYTES = 512
 
-local function gemm_stages(E, bn, extra)
+local function gemm_stages(E, bn, extra, bm)
   local stages = GEMM_MAX_STAGES
-  while gemm_smem(E, bn, stages) + extra > GEMM_SMEM_LIMIT do stages = stages - 1 end
+  while gemm_smem(E, bn, stages, bm) + extra > GEMM_SMEM_LIMIT do stages = stages - 1 end
   return stages
 end
 
-local function gemm_bwd_kernel_plan(N, K, E, extra)
-  local p = gemm_kernel_plan(K, N, E) -- bn picked for the k output columns
+-- bm: 128, or 256 for the tall kernels (dgrad only).
+local function gemm_bwd_kernel_plan(N, K, E, extra, bm)
+  local p = gemm_kernel_plan(K, N, E, bm) -- bn picked for the k output columns
   p.n, p.k = N, K
-  p.stages = gemm_stages(E, p.bn, extra)
-  p.smem_bytes = gemm_smem(E, p.bn, p.stages) + extra
+  p.stages = gemm_stages(E, p.bn, extra, p.bm)
+  p.smem_bytes = gemm_smem(E, p.bn, p.stages, p.bm) + extra
   return p
 end
 
-local function gemm_glu_kernel_plan(F, H, E)
+local function gemm_glu_kernel_plan(F, H, E, bm)
   local bn, waste
-  for _, cand in ipairs({ 256, 192, 128 }) do
+  for _, cand in ipairs(bm == 256 and { 128 } or { 256, 192, 128 }) do
     local w = (F + cand // 2 - 1) // (cand // 2) * (cand // 2) - F
     if not bn or w < waste then bn, waste = cand, w end
   end
-  local p = gemm_kernel_plan(2 * F, H, E)
+  local p = gemm_kernel_plan(2 * F, H, E, bm)
   p.bn = bn
-  p.stages = gemm_stages(E, bn, 0)
-  p.smem_bytes = gemm_smem(E, bn, p.stages)
+  p.stages = gemm_stages(E, bn, 0, p.bm)
+  p.smem_bytes = gemm_smem(E, bn, p.stages, p.bm)
   return p
 end
 
@@ -262,11 +280,17 @@ local function gemm_plan()
     supported = ok and 1 or 0,
     gemm1 = gemm_kernel_plan(2 * F, H, E),
     gemm2 = gemm_kernel_plan(H, F, E),
+    gemm1_tall = gemm_kernel_plan(2 * F, H, E, 256),
+    gemm2_tall = gemm_kernel_plan(H, F, E, 256),
+    tall_rows_per_expert = GEMM_TALL_ROWS,
     gemm1_dgrad = gemm_bwd_kernel_plan(2 * F, H, E, 0),
     gemm2_dgrad = gemm_bwd_kernel_plan(H, F, E, 0),
     gemm1_wgrad = gemm_bwd_kernel_plan(2 * F, H, E, GEMM_DB_BYTES),
     gemm2_wgrad = gemm_bwd_kernel_plan(H, F, E, GEMM_DB_BYTES),
     gemm1_glu = gemm_glu_kernel_plan(F, H, E),
+    gemm1_dgrad_tall = gemm_bwd_kernel_plan(2 * F, H, E, 0, 256),
+    gemm2_dgrad_tall = gemm_bwd_kernel_plan(H, F, E, 0, 256),
+    gemm1_glu_tall = gemm_glu_kernel_plan(F, H, E, 256),
   }
 end
 

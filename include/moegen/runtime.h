@@ -29,7 +29,7 @@ extern "C" {
 /* Same typedef as cuda.h / cuda_runtime.h (cudaStream_t is this type too). */
 typedef struct CUstream_st *CUstream;
 
-#define MOEGEN_RT_ABI_VERSION 2
+#define MOEGEN_RT_ABI_VERSION 3
 
 typedef enum moegen_status {
   MOEGEN_OK = 0,
@@ -100,11 +100,18 @@ typedef struct moegen_gemm_plan {
   int experts;      /* E */
   int supported;    /* 1 if the module holds the kernels (sm_90a, H and F multiples of 8) */
   moegen_gemm_kernel_plan gemm1, gemm2;
+  /* The forwards with tall tiles (bm = 256: each weight tile serves twice the
+   * rows), used by every row-tiled op (all but wgrad) for calls with
+   * max_rows >= tall_rows_per_expert * experts. */
+  moegen_gemm_kernel_plan gemm1_tall, gemm2_tall;
+  int tall_rows_per_expert;
   /* Backward and fused-epilogue kernels (templates/grouped_gemm_bwd_sm90.cu.lt):
    * n, k are the forward GEMM's N and K; bn tiles the output's k columns
    * (dgrad dx [rows, k], wgrad dw [E, n, k]); gemm1_glu is gemm1 with the
    * SwiGLU epilogue (bn / 2 gate and bn / 2 up columns per tile). */
   moegen_gemm_kernel_plan gemm1_dgrad, gemm2_dgrad, gemm1_wgrad, gemm2_wgrad, gemm1_glu;
+  /* Their tall-tile variants (as gemm1_tall; dgrad_glu uses gemm2_dgrad_tall). */
+  moegen_gemm_kernel_plan gemm1_dgrad_tall, gemm2_dgrad_tall, gemm1_glu_tall;
 } moegen_gemm_plan;
 
 /* Launch plan of the permutation kernels (templates/plan.lua, permute.cu.lt). */
@@ -450,7 +457,9 @@ typedef struct moegen_gemm_fwd_args {
  * rows of y that belong to an expert (below max_rows); mutates nothing else
  * (rows of y outside every expert keep their contents). One kernel on
  * `stream` (its two TMA descriptors are encoded on the host, no GPU work);
- * no host sync, graph-capturable. NOT_SUPPORTED as for the shape function. */
+ * no host sync, graph-capturable. NOT_SUPPORTED as for the shape function.
+ * With max_rows >= gemm.tall_rows_per_expert * E it runs the tall-tile
+ * kernel (gemm.gemm1_tall / gemm2_tall), else the 128-row one. */
 moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *args,
                               CUstream stream);
 
@@ -488,7 +497,8 @@ typedef struct moegen_gemm_dgrad_args {
 /* dgrad: dx_e = dy_e w_e for every expert (SPEC.md 5, cuBLAS "NN").
  * Buffer contract: reads dy, w, counts/offsets; writes exactly the rows of
  * dx that belong to an expert (below max_rows); mutates nothing else. One
- * kernel on `stream`, no host sync, graph-capturable. */
+ * kernel on `stream`, no host sync, graph-capturable. Tall tiles as for
+ * moegen_gemm_fwd (gemm.gemm1_dgrad_tall / gemm2_dgrad_tall). */
 moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *args,
                                 CUstream stream);
 
@@ -534,7 +544,8 @@ typedef struct moegen_gemm_glu_args {
 
 /* Buffer contract: reads x, w, bias, prob, counts/offsets; writes exactly
  * the expert rows (below max_rows) of act and h; mutates nothing else. One
- * kernel, no host sync, graph-capturable. */
+ * kernel, no host sync, graph-capturable. Tall tiles as for moegen_gemm_fwd
+ * (gemm.gemm1_glu_tall). */
 moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args *args,
                                    CUstream stream);
 
@@ -558,7 +569,7 @@ typedef struct moegen_gemm_dglu_args {
  * expert rows (below max_rows) of dh; adds into the expert rows of dprob
  * (fp32 atomics, one per row and column tile: the summation order, and so
  * the last bits of dprob, may vary run to run). One kernel, no host sync,
- * graph-capturable. */
+ * graph-capturable. Tall tiles as for moegen_gemm_fwd (gemm.gemm2_dgrad_tall). */
 moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_args *args,
                                      CUstream stream);
 

@@ -15,6 +15,7 @@
 #include "half.h"
 #include "moegen/moegen.h"
 
+static int tall_runs; /* case_counts runs that took the tall-tile kernels */
 #define EXTRA_ROWS 37 /* rows of x and y past the experts' (must stay untouched) */
 
 typedef struct problem {
@@ -129,8 +130,12 @@ static void case_counts(const char *what, int E, int H, int F, const int32_t *co
       continue;
     }
     problem p = make_problem(E, (int)sh.w[1], (int)sh.w[2], counts);
-    run_once(m, &p, (moegen_gemm_id)g, 0, what);
-    run_once(m, &p, (moegen_gemm_id)g, 1, what);
+    const int tall = p.max_rows >= (int64_t)img->gemm.tall_rows_per_expert * E;
+    char label[96];
+    snprintf(label, sizeof label, "%s %s", what, tall ? "tall" : "bm128");
+    tall_runs += tall;
+    run_once(m, &p, (moegen_gemm_id)g, 0, label);
+    run_once(m, &p, (moegen_gemm_id)g, 1, label);
     free_problem(&p);
   }
   moegen_module_destroy(m);
@@ -218,11 +223,21 @@ int main(void) {
   case_counts("E=130 random counts", 130, 256, 128, c130);
   for (int e = 0; e < 8; e++) c8[e] = 250 + (int32_t)(rng_u64() % 140);
   case_counts("E=8 more tiles than SMs", 8, 1024, 1024, c8);
+  /* Tall tiles (max_rows >= tall_rows_per_expert * E, see case_counts'
+   * lines; max_rows >= 512 * E): an empty expert, 511 rows (a second tile
+   * of 255: the second consumer's second m64 half partly past the end),
+   * 1025 rows (a fifth tile of one row), N and K not tile multiples. */
+  const int32_t ct[3] = {1025, 0, 511};
+  case_counts("E=3 tall tiles, N,K not tile multiples", 3, 520, 200, ct);
   const int32_t cg[3] = {5, 0, 70}, cd[2] = {3, 70};
   case_counts("gpt-oss shapes (E=3)", 3, 2880, 2880, cg);
   case_counts("deepseek-v3 shapes (E=2)", 2, 7168, 2048, cd);
   case_graph();
   case_args();
+  if (!tall_runs) {
+    printf("  FAIL no case took the tall-tile kernels\n");
+    failures++;
+  }
   printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
 }

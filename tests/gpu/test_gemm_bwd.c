@@ -16,6 +16,7 @@
 #include "half.h"
 #include "moegen/moegen.h"
 
+static int tall_runs; /* case_counts runs whose dgrad / glu / dglu took the tall kernels */
 #define EXTRA_ROWS 37 /* rows of the row-major buffers past the experts' */
 
 typedef struct problem {
@@ -293,6 +294,10 @@ static void case_counts(const char *what, int E, int H, int F, const int32_t *co
     }
     problem p = make_problem(E, (int)sh.w[1], (int)sh.w[2], counts, sum_of(counts, E) + EXTRA_ROWS);
     const int quick = ops & QUICK;
+    if (p.max_rows >= (int64_t)img->gemm.tall_rows_per_expert * E) { /* dgrad, glu, dglu: tall tiles */
+      printf("  (%s gemm%d: the row-tiled ops take the tall kernels)\n", what, g);
+      tall_runs++;
+    }
     if (ops & DGRAD) {
       run_dgrad(m, &p, (moegen_gemm_id)g, 0, what);
       if (!quick) run_dgrad(m, &p, (moegen_gemm_id)g, 1, what);
@@ -459,6 +464,11 @@ int main(void) {
   case_counts("E=4 {0,1,127,300}", 4, 512, 256, c4, ALL);
   case_counts("E=4 N,K not tile multiples", 4, 520, 200, c4b, ALL);
   case_counts("E=1", 1, 256, 384, c1, ALL);
+  /* Tall tiles (max_rows >= 512 * E): an empty expert, 511 rows (a second
+   * tile of 255: the second consumer's second m64 half partly past the
+   * end), 1025 rows (a fifth tile of one row), N and K not tile multiples. */
+  const int32_t ct[3] = {1025, 0, 511};
+  case_counts("E=3 tall tiles, N,K not tile multiples", 3, 520, 200, ct, ALL);
   int32_t c130[130], c256[256], c8[8];
   random_counts(c130, 130, 40);
   case_counts("E=130 random counts", 130, 256, 128, c130, ALL);
@@ -474,6 +484,10 @@ int main(void) {
   case_counts("gpt-oss H, F (E=3)", 3, 2880, 2880, cg, ALL | QUICK);
   case_graph();
   case_args();
+  if (!tall_runs) {
+    printf("  FAIL no case took the tall-tile kernels\n");
+    failures++;
+  }
   printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
 }
