@@ -154,14 +154,14 @@ constexpr int G = 32;          // experts per group
 constexpr int V = 16;          // experts per lane
 constexpr int KG = 2;         // top values summed into a group's score
 constexpr int GTOPK = 4;      // groups kept per token
+constexpr int D = 4;          // entries of a lane's sorted candidate list
 constexpr bool GROUPED = true;
 constexpr int LVEC = 8;       // logits/probs elements per access
 constexpr int MVEC = 16;       // routing-map bytes per access
 constexpr int IVEC = 4;       // intermediate floats per access
 constexpr int BVEC = IVEC;                      // bias floats per access (fp32 like intermediate)
-constexpr int THREADS = 256;
+constexpr int THREADS = 256;          // the largest block; the host may launch fewer warps
 constexpr int MIN_BLOCKS = 4; // __launch_bounds__ occupancy floor
-constexpr int TOKENS_PER_BLOCK = 16;
 constexpr int NBYTES = (E + 7) / 8;             // bitmap bytes per token
 constexpr int NB = (NBYTES + L - 1) / L;        // bitmap bytes per lane: byte b lives in lane b % L, slot b / L
 enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
@@ -178,56 +178,50 @@ static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
 static_assert(S >= 1 && L % S == 0, "lanes per group");
 static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0, "vector widths");
 static_assert(V <= 64, "selection mask is 64 bits");
+static_assert(D >= 1 && D <= V && (!GROUPED || D >= (KG < V ? KG : V)), "a lane's list holds its group top-KG");
 typedef u32 mask_t; // one bit per position of a lane
 static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
 static_assert(!QB || (SCORE == SIGMOID && HAS_BIAS && !GROUPED && K < E), "quantile balancing");
 
-// A lane's running top-2 over the experts it owns that rank after the last
-// one it gave away (lv, li). Taking the k-th winner pops the winner lane's
-// head; a lane whose list ran dry rescans (rare: it needs 3+ winners).
+// A lane's running top-D list over the experts it owns that rank after the
+// last one it gave away (lv, li), sorted by (value descending, position
+// ascending). Taking the k-th winner pops the winner lane's head; a lane
+// whose list ran dry rescans (rare for D = 4: it needs D+1 winners).
 struct Cursor {
-  float v1, v2; // routing values, v1 ranks first
-  int i1, i2;   // positions within the lane (V = empty)
-  float lv;     // last value popped
-  int li;       // its position (-1 = nothing popped)
-  int avail;    // entries left in the list
+  float v[D]; // routing values, v[0] ranks first; empty entries are -inf
+  int i[D];   // positions within the lane (V = empty)
+  float lv;   // last value popped
+  int li;     // its position (-1 = nothing popped)
+  int avail;  // entries left in the list
 };
 
-// Top-2 of positions [LO, HI) into (v1,i1),(v2,i2); empty entries are
-// (-inf, V). A refill (FIRST = false) only sees what ranks after (lv, li).
-// Experts whose value is -inf are never offered (SPEC: -inf/NaN undefined).
-template <int LO, int HI, bool FIRST>
-__device__ __forceinline__ void top2_range(const float (&r)[V], float lv, int li, float &v1, int &i1,
-                                           float &v2, int &i2) {
-  v1 = v2 = -MOEGEN_INF;
-  i1 = i2 = V;
-#pragma unroll
-  for (int i = LO; i < HI; i++) {
-    float x = r[i];
-    if constexpr (!FIRST) x = (x < lv || (x == lv && i > li)) ? x : -MOEGEN_INF;
-    const bool b1 = x > v1, b2 = x > v2; // strict: the lower position keeps ties
-    i2 = b1 ? i1 : (b2 ? i : i2);
-    v2 = fmaxf(v2, fminf(x, v1));
-    i1 = b1 ? i : i1;
-    v1 = fmaxf(v1, x);
-  }
-}
-
-// Two independent halves (shorter dependency chains), then a merge; the
-// lower half's positions are lower, so it keeps ties.
+// Fills c.v/c.i with the top D of the lane's positions by one insertion
+// pass in position order. A refill (FIRST = false) only sees what ranks
+// after (lv, li). Strict compares: an equal value stays behind the lower
+// position already listed. Experts whose value is -inf are never offered
+// (SPEC: -inf/NaN undefined).
 template <bool FIRST> __device__ __forceinline__ void cursor_fill(Cursor &c, const float (&r)[V]) {
-  constexpr int H = V / 2;
-  float a1, a2, b1, b2;
-  int j1, j2, k1, k2;
-  top2_range<0, H, FIRST>(r, c.lv, c.li, a1, j1, a2, j2);
-  top2_range<H, V, FIRST>(r, c.lv, c.li, b1, k1, b2, k2);
-  const bool bfirst = b1 > a1;
-  const bool bsecond = bfirst ? b2 > a1 : b1 > a2;
-  c.v1 = bfirst ? b1 : a1;
-  c.i1 = bfirst ? k1 : j1;
-  c.v2 = bfirst ? (bsecond ? b2 : a1) : (bsecond ? b1 : a2);
-  c.i2 = bfirst ? (bsecond ? k2 : j1) : (bsecond ? k1 : j2);
-  c.avail = 2;
+#pragma unroll
+  for (int d = 0; d < D; d++) {
+    c.v[d] = -MOEGEN_INF;
+    c.i[d] = V;
+  }
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    float x = r[i];
+    if constexpr (!FIRST) x = (x < c.lv || (x == c.lv && i > c.li)) ? x : -MOEGEN_INF;
+    bool b[D]; // x ranks before entry d
+#pragma unroll
+    for (int d = 0; d < D; d++) b[d] = x > c.v[d];
+#pragma unroll
+    for (int d = D - 1; d > 0; d--) {
+      c.i[d] = b[d - 1] ? c.i[d - 1] : (b[d] ? i : c.i[d]);
+      c.v[d] = fmaxf(c.v[d], fminf(x, c.v[d - 1]));
+    }
+    c.i[0] = b[0] ? i : c.i[0];
+    c.v[0] = fmaxf(c.v[0], x);
+  }
+  c.avail = D;
 }
 
 __device__ __forceinline__ void cursor_reset(Cursor &c, const float (&r)[V]) {
@@ -236,45 +230,88 @@ __device__ __forceinline__ void cursor_reset(Cursor &c, const float (&r)[V]) {
   cursor_fill<true>(c, r);
 }
 
+// The lane offers nothing from now on (its group was not kept).
+__device__ __forceinline__ void cursor_clear(Cursor &c) {
+#pragma unroll
+  for (int d = 0; d < D; d++) {
+    c.v[d] = -MOEGEN_INF;
+    c.i[d] = V;
+  }
+  c.lv = -MOEGEN_INF;
+  c.li = V;
+  c.avail = D;
+}
+
 __device__ __forceinline__ void cursor_pop(Cursor &c) {
-  c.lv = c.v1;
-  c.li = c.i1;
-  c.v1 = c.v2;
-  c.i1 = c.i2;
-  c.v2 = -MOEGEN_INF;
-  c.i2 = V;
+  c.lv = c.v[0];
+  c.li = c.i[0];
+#pragma unroll
+  for (int d = 0; d + 1 < D; d++) {
+    c.v[d] = c.v[d + 1];
+    c.i[d] = c.i[d + 1];
+  }
+  c.v[D - 1] = -MOEGEN_INF;
+  c.i[D - 1] = V;
   c.avail -= 1;
 }
 
-// Lanes [seg0, seg0 + W) of the warp, as a ballot mask (W a power of two).
-template <int W> __device__ __forceinline__ u32 seg_lanes(int lane) {
-  return W == 32 ? MOEGEN_FULL_MASK : ((1u << W) - 1) << (lane & ~(W - 1));
+// Lanes [seg0, seg0 + L) of the warp that serve this lane's token, as a
+// ballot mask.
+__device__ __forceinline__ u32 token_lanes(int lane) {
+  return L == 32 ? MOEGEN_FULL_MASK : ((1u << L) - 1) << (lane & ~(L - 1));
 }
 
-// One selection step over aligned segments of W lanes: refills dry lanes,
-// finds the segment's best head, pops it from its owner. Returns the winner's
-// value and expert id in every lane of the segment; *mine tells the owner
-// lane, *pos its position there.
+// One selection step over a token's L lanes: refills dry lanes, finds the
+// token's best head, pops it from its owner. Returns the winner's value and
+// expert id in every lane of the token; *mine tells the owner lane, *pos its
+// position there.
 // The best value is a float max-butterfly; its owner is the lowest lane that
 // holds it. That is the SPEC tie order (value descending, then id ascending)
 // because a lane's experts all precede the next lane's, and a lane's head is
-// its lowest position among equal values. A segment with nothing left
-// (every head -inf) yields id E and no owner.
-template <int W>
+// its lowest position among equal values. A token with nothing left (every
+// head -inf) yields id E and no owner.
 __device__ __forceinline__ void select_one(Cursor &c, const float (&r)[V], int base, int lane,
                                            float &wv, int &we, bool &mine, int &pos) {
   if (__any_sync(MOEGEN_FULL_MASK, c.avail == 0)) {
     if (c.avail == 0) cursor_fill<false>(c, r);
   }
-  wv = seg_max<W>(c.v1);
-  const u32 hit = __ballot_sync(MOEGEN_FULL_MASK, c.v1 == wv) & seg_lanes<W>(lane);
+  wv = seg_max<L>(c.v[0]);
+  const u32 hit = __ballot_sync(MOEGEN_FULL_MASK, c.v[0] == wv) & token_lanes(lane);
   const int owner = __ffs(hit) - 1;
   const bool some = wv != -MOEGEN_INF;
-  we = __shfl_sync(MOEGEN_FULL_MASK, base + c.i1, owner);
+  we = __shfl_sync(MOEGEN_FULL_MASK, base + c.i[0], owner);
   we = some ? we : E;
   mine = some && lane == owner;
-  pos = c.i1;
+  pos = c.i[0];
   if (mine) cursor_pop(c);
+}
+
+// Group score (SPEC 1 step 3): the sum of the top KG routing values of the
+// group, added in descending order from 0 like the reference. Values only
+// (ties do not change the sum): each lane starts from the first KG entries
+// of its fresh list (D >= min(KG, V), so they are its top KG), and a
+// butterfly over the group's S lanes merges the partner's sorted list into
+// its own, keeping the top KG.
+template <int N> __device__ __forceinline__ float group_score(const Cursor &c) {
+  float m[N]; // N = KG
+#pragma unroll
+  for (int j = 0; j < N; j++) m[j] = j < D ? c.v[j % D] : -MOEGEN_INF;
+#pragma unroll
+  for (int o = S / 2; o > 0; o /= 2) {
+    float p[N];
+#pragma unroll
+    for (int j = 0; j < N; j++) p[j] = __shfl_xor_sync(MOEGEN_FULL_MASK, m[j], o);
+#pragma unroll
+    for (int j = 0; j < N; j++) { // insert p[j] into the sorted m
+#pragma unroll
+      for (int d = N - 1; d > 0; d--) m[d] = fmaxf(m[d], fminf(p[j], m[d - 1]));
+      m[0] = fmaxf(m[0], p[j]);
+    }
+  }
+  float g = 0.f;
+#pragma unroll
+  for (int j = 0; j < N; j++) g += m[j];
+  return g;
 }
 
 // 1/y for y >= 1, branch-free: the fast path of IEEE __frcp_rn (an
@@ -330,8 +367,10 @@ struct Outputs {
 };
 } // namespace router
 
-// Grid: persistent, min(ceil(T / TOKENS_PER_BLOCK), one full wave of resident blocks)
-// blocks of THREADS; dynamic smem = 4*E bytes (expert histogram).
+// Grid: persistent, any number of blocks of any multiple of 32 threads up to
+// THREADS (a block serves blockDim.x / L tokens per iteration; the host
+// picks the shape, see runtime/ops_router.c); dynamic smem = 4*E bytes
+// (expert histogram).
 // logits [T,E]  bias [E] fp32  probs [T,E]  map [T,E] u8  bitmap [T,NBYTES] u8
 // idx [T,K] (index_dtype 0 int32, 1 int16, 2 int64)  weights [T,K] f32
 // inter [T,E] f32  counts [E] i32 (zeroed by the host before the launch).
@@ -343,16 +382,17 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   extern __shared__ int hist[];
   const bool want_counts = o.counts != nullptr;
   if (want_counts) {
-    for (int e = threadIdx.x; e < E; e += THREADS) hist[e] = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
     __syncthreads();
   }
   const int lane = threadIdx.x & 31;
   const int tl = lane & (L - 1);       // lane within the token
   const int group = tl / S;            // expert group of this lane
   const int base = group * G + (tl % S) * V; // first expert of this lane
-  const int slot = (threadIdx.x / L) % TOKENS_PER_BLOCK;
-  for (long long t0 = (long long)blockIdx.x * TOKENS_PER_BLOCK; t0 < T;
-       t0 += (long long)gridDim.x * TOKENS_PER_BLOCK) {
+  const int tokens_per_block = blockDim.x / L;
+  const int slot = threadIdx.x / L;
+  for (long long t0 = (long long)blockIdx.x * tokens_per_block; t0 < T;
+       t0 += (long long)gridDim.x * tokens_per_block) {
     const long long t = t0 + slot;
     const bool live = t < T;
     const bool owned = live && group < NG && base < E; // lane holds real experts
@@ -415,14 +455,8 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
     bool mine;
     // ---- group-limited routing: score groups, keep the best GTOPK
     if constexpr (GROUPED) {
-      const Cursor fresh = c;
-      float gscore = 0.f;
-#pragma unroll 1
-      for (int k = 0; k < KG; k++) {
-        select_one<S>(c, r, base, lane, wv, we, mine, pos);
-        gscore += wv;
-      }
       // A group is kept iff fewer than GTOPK groups rank before it.
+      const float gscore = group_score<KG>(c);
       const float gv = group < NG ? gscore : -MOEGEN_INF;
       const int seg0 = lane & ~(L - 1);
       int rank = 0;
@@ -431,14 +465,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
         float og = __shfl_sync(MOEGEN_FULL_MASK, gv, seg0 + g * S);
         rank += ranks_before(og, g, gv, group);
       }
-      if (rank < GTOPK && group < NG) {
-        c = fresh;
-      } else { // the lane's group is out: it offers nothing
-        c.v1 = c.v2 = -MOEGEN_INF;
-        c.i1 = c.i2 = V;
-        c.li = V;
-        c.avail = 2;
-      }
+      if (!(rank < GTOPK && group < NG)) cursor_clear(c); // the lane's group is out
     }
     // ---- top-K
     mask_t sel = 0;   // positions this lane won
@@ -453,7 +480,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
     float cutoff = 0.f; // QB: the (K+1)-th routing value; the K routes are the picks before it
 #pragma unroll 1
     for (int k = 0; k < PICKS; k++) {
-      select_one<L>(c, r, base, lane, wv, we, mine, pos);
+      select_one(c, r, base, lane, wv, we, mine, pos);
       if (QB && k == K) { // ties at the cutoff rank by id, so this pick is the largest-id tie
         cutoff = wv;
         break;
@@ -572,7 +599,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   }
   if (want_counts) {
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += THREADS)
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
       if (hist[e]) atomicAdd(&o.counts[e], hist[e]);
   }
 }
@@ -1186,16 +1213,19 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 // Y_e = X_e W_e^T for every expert e (SPEC.md 5): X [rows, K] bf16 row-major,
 // rows grouped by expert; W [E, N, K] bf16 (nn.Linear layout); Y [rows, N]
 // bf16; fp32 accumulation. Per-expert row counts (or offsets) are read from
-// device memory, so the host never syncs. Plan (templates/plan.lua):
-//   gemm1: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
-//   gemm2: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
+// device memory, so the host never syncs. Plans (templates/plan.lua; the
+// _tall kernels serve calls of at least 512 rows per expert):
+//   moegen_gemm1_fwd: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
+//   moegen_gemm2_fwd: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
+//   moegen_gemm1_fwd_tall: N = 4096, K = 7168, tile 256x128x64, 4 stages, 199888 B smem
+//   moegen_gemm2_fwd_tall: N = 7168, K = 2048, tile 256x128x64, 4 stages, 199888 B smem
 // A persistent CTA per SM walks the global tile index space (experts in
-// order; per expert N tiles, each of ceil(m_e / BM) M tiles, M fastest);
+// order; per expert N tiles, each of ceil(m_e / TBM) M tiles, M fastest);
 // warpgroup 0 is the TMA producer, warpgroups 1 and 2 the wgmma consumers
-// of rows 0-63 and 64-127 of a tile.
+// of rows [0, TBM/2) and [TBM/2, TBM) of a tile, in m64 sub-blocks.
 namespace ggemm {
 constexpr int E = 256;   // experts
-constexpr int BM = 128;  // tile rows (two consumers of 64)
+constexpr int BM = 128;  // tile rows of the backward and SwiGLU kernels (two consumers of 64)
 constexpr int BK = 64;   // tile depth: 64 bf16 = one 128-byte swizzle row
 constexpr int THREADS = 384;
 constexpr int CONSUMER_ROWS = 64;  // rows of one wgmma (m64)
@@ -1206,7 +1236,10 @@ constexpr int SCAN_WARPS = THREADS / 32;
 // Shared memory: tile starts ts[E + 1], row starts rs[E + 1], scan scratch,
 // then the barriers, then the 1024-aligned stages (plan.lua gemm_smem).
 constexpr int TABLE_BYTES = (8 * (E + 1) + 4 * 32 + 15) / 16 * 16;
-static_assert(BM == 2 * CONSUMER_ROWS && BK == 64, "tile shape");
+static_assert(64 == BK && 384 == THREADS, "plan.lua tile (N = 4096)");
+static_assert(64 == BK && 384 == THREADS, "plan.lua tile (N = 7168)");
+static_assert(64 == BK && 384 == THREADS, "plan.lua tile (N = 4096)");
+static_assert(64 == BK && 384 == THREADS, "plan.lua tile (N = 7168)");
 static_assert(THREADS == 3 * 128 && SCAN_WARPS <= 16, "one producer + two consumer warpgroups");
 static_assert(E >= 1 && E <= 2048, "experts");
 
@@ -1259,6 +1292,32 @@ template <> struct Wgmma<256> {
         : "l"(a), "l"(b), "r"(scale_d));
   }
 };
+template <> struct Wgmma<128> {
+  static constexpr int REGS = 64;
+  __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0; }\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        , "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        , "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+        , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(scale_d));
+  }
+};
 
 // One tile of the index space.
 struct Tile {
@@ -1269,8 +1328,9 @@ struct Tile {
   int n0;   // first column
 };
 
-// Tile t of the space whose expert e spans tiles [ts[e] * NT, ts[e+1] * NT).
-template <int NT, int BN>
+// Tile t of the space whose expert e spans tiles [ts[e] * NT, ts[e+1] * NT),
+// tiles of TBM rows.
+template <int NT, int BN, int TBM = BM>
 __device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
   const int q = t / NT; // M-tile index over all experts
   int lo = 0, hi = E - 1; // last e with ts[e] <= q: the one with tiles (ts[e+1] > q)
@@ -1285,13 +1345,14 @@ __device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
   tl.e = lo;
   tl.row0 = rs[lo];
   tl.rows = rs[lo + 1] - rs[lo];
-  tl.m0 = (local - n * mt) * BM;
+  tl.m0 = (local - n * mt) * TBM;
   tl.n0 = n * BN;
   return tl;
 }
 
 // rs[0..E] (row starts: offsets as given, else the exclusive prefix of the
-// counts) and ts[0..E] (exclusive prefix of ceil(m_e / BM)), all threads.
+// counts) and ts[0..E] (exclusive prefix of ceil(m_e / TBM)), all threads.
+template <int TBM = BM>
 __device__ __forceinline__ void build_tables(const int *counts, const int *offsets, int *ts, int *rs,
                                              int *scratch) {
   constexpr int PER = (E + THREADS - 1) / THREADS;
@@ -1304,7 +1365,7 @@ __device__ __forceinline__ void build_tables(const int *counts, const int *offse
     if (e < E) v = offsets ? offsets[e + 1] - offsets[e] : counts[e];
     m[i] = v > 0 ? v : 0;
     rows += m[i];
-    tiles += (m[i] + BM - 1) / BM;
+    tiles += (m[i] + TBM - 1) / TBM;
   }
   int rin = rows, tin = tiles; // inclusive warp scans
 #pragma unroll
@@ -1324,7 +1385,7 @@ __device__ __forceinline__ void build_tables(const int *counts, const int *offse
       rs[e] = offsets ? offsets[e] : rbase;
     }
     rbase += m[i];
-    tbase += (m[i] + BM - 1) / BM;
+    tbase += (m[i] + TBM - 1) / TBM;
   }
   if (tid == THREADS - 1) { // its bases are now the totals
     ts[E] = tbase;
@@ -1332,16 +1393,22 @@ __device__ __forceinline__ void build_tables(const int *counts, const int *offse
   }
 }
 
-// The kernel body for one (N, K) specialization.
-template <int N, int K, int BN, int STAGES, int SMEM_BYTES>
+// The kernel body for one (N, K) specialization, tiles of TBM x BN.
+// Consumer c owns rows [c * TBM/2, (c+1) * TBM/2) of a tile as SUB m64
+// sub-blocks. A consumer whose rows all lie past the expert's end skips the
+// tile's MMAs; otherwise it runs every sub-block's (skipping one would put
+// wgmma on a divergent path, which ptxas serializes).
+template <int N, int K, int TBM, int BN, int STAGES, int SMEM_BYTES>
 __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tensor_map_t *mw,
                                              bf16_t *y, const int *counts, const int *offsets,
                                              int max_rows, u8 *smem) {
   constexpr int KT = (K + BK - 1) / BK; // k steps (TMA zero-fills the tail)
   constexpr int NT = (N + BN - 1) / BN; // N tiles per expert
-  constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+  constexpr int RC = TBM / 2, SUB = RC / CONSUMER_ROWS; // rows and m64 sub-blocks per consumer
+  constexpr u32 A_BYTES = TBM * BK * 2, B_BYTES = BN * BK * 2;
   constexpr int BAR_BYTES = 16 * STAGES;
-  static_assert(BN % 64 == 0 && BN <= 256, "wgmma N, TMA box <= 256 rows");
+  static_assert(TBM == 128 || TBM == 256, "one or two m64 sub-blocks per consumer");
+  static_assert(BN % 64 == 0 && BN <= 256 && SUB * BN <= 256, "wgmma N, TMA box, accumulator registers");
   static_assert(N % 8 == 0 && K % 8 == 0, "16-byte rows (TMA strides, paired stores)");
   static_assert(SMEM_BYTES == TABLE_BYTES + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES),
                 "plan.lua gemm_smem");
@@ -1352,7 +1419,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
   const u32 sa = tiles, sb = tiles + STAGES * A_BYTES;
   const int tid = threadIdx.x;
 
-  build_tables(counts, offsets, ts, rs, scratch);
+  build_tables<TBM>(counts, offsets, ts, rs, scratch);
   if (tid == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(bars + 8 * s, 1);
@@ -1372,7 +1439,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     int s = 0;
     u32 ph = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
-      const Tile tl = decode<NT, BN>(t, ts, rs);
+      const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
       const int xrow = tl.row0 + tl.m0; // rows past the expert belong to the next one: loaded, not stored
       for (int kb = 0; kb < KT; kb++) {
         const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
@@ -1386,16 +1453,16 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     return;
   }
 
-  // ---------------- consumers: rows c*64 .. c*64+63 of each tile
+  // ---------------- consumers: rows c*RC .. c*RC+RC-1 of each tile
   setmaxnreg_inc<CONSUMER_REGS>();
   const int c = wg - 1, lane = tid % 32, warp = (tid % 128) / 32;
-  float acc[BN / 2];
+  float acc[SUB][BN / 2];
   int s = 0;
   u32 ph = 0;
   for (int t = blockIdx.x; t < total; t += gridDim.x) {
-    const Tile tl = decode<NT, BN>(t, ts, rs);
-    const int left = tl.rows - tl.m0; // rows of the expert from the tile's first on
-    if (left <= c * CONSUMER_ROWS) { // past the expert's end: keep the barriers in step, no math
+    const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
+    const int left = tl.rows - tl.m0 - c * RC; // rows of the expert from this consumer's first on
+    if (left <= 0) { // past the expert's end: keep the barriers in step, no math
       for (int kb = 0; kb < KT; kb++) {
         mbar_wait(bars + 8 * s, ph);
         if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
@@ -1407,11 +1474,14 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     for (int kb = 0; kb < KT; kb++) {
       mbar_wait(bars + 8 * s, ph);
       wgmma_fence();
-      const u64 da = wgmma_desc_sw128(sa + s * A_BYTES + c * CONSUMER_ROWS * 128);
+      const u64 da = wgmma_desc_sw128(sa + s * A_BYTES + c * RC * 128);
       const u64 db = wgmma_desc_sw128(sb + s * B_BYTES);
 #pragma unroll
-      for (int kk = 0; kk < BK / 16; kk++)
-        Wgmma<BN>::mma(acc, da + 2 * kk, db + 2 * kk, (kb | kk) != 0);
+      for (int kk = 0; kk < BK / 16; kk++) {
+#pragma unroll
+        for (int h = 0; h < SUB; h++) // sub-block h: 64 rows = 8192 bytes (>> 4: 512) further
+          Wgmma<BN>::mma(acc[h], da + 512 * h + 2 * kk, db + 2 * kk, (kb | kk) != 0);
+      }
       wgmma_commit();
       if (kb > 0) { // the previous step's MMAs are done reading its stage
         wgmma_wait<1>();
@@ -1425,18 +1495,21 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
 
     // Epilogue: bf16 pairs straight from the accumulators; only the
     // expert's rows (and rows < max_rows), only columns < N.
-    const int r = c * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the tile
-    const int grow = tl.row0 + tl.m0 + r;
-    const bool ok0 = r < left && grow < max_rows;
-    const bool ok1 = r + 8 < left && grow + 8 < max_rows;
     const int col = tl.n0 + 2 * (lane % 4);
-    u32 *y0 = reinterpret_cast<u32 *>(y + (long long)grow * N + col);
-    u32 *y1 = y0 + 4 * N; // 8 rows down, in u32 units
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-      if (N % BN == 0 || col + 8 * j < N) {
-        if (ok0) y0[4 * j] = pack_bf16x2(acc[4 * j], acc[4 * j + 1]);
-        if (ok1) y1[4 * j] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
+    for (int h = 0; h < SUB; h++) {
+      const int r = h * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the consumer's rows
+      const int grow = tl.row0 + tl.m0 + c * RC + r;
+      const bool ok0 = r < left && grow < max_rows;
+      const bool ok1 = r + 8 < left && grow + 8 < max_rows;
+      u32 *y0 = reinterpret_cast<u32 *>(y + (long long)grow * N + col);
+      u32 *y1 = y0 + 4 * N; // 8 rows down, in u32 units
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++) {
+        if (N % BN == 0 || col + 8 * j < N) {
+          if (ok0) y0[4 * j] = pack_bf16x2(acc[h][4 * j], acc[h][4 * j + 1]);
+          if (ok1) y1[4 * j] = pack_bf16x2(acc[h][4 * j + 2], acc[h][4 * j + 3]);
+        }
       }
     }
   }
@@ -1445,23 +1518,43 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
 
 // The kernels (the namespace above also serves the gemm_train unit).
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3 // gemm
-// gemm1: N = 4096, K = 7168.
+// N = 4096, K = 7168, 128-row tiles.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm1_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM, BK], 128B swizzle
-                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN, BK], 128B swizzle
+moegen_gemm1_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
+                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 256, BK], 128B swizzle
                  bf16_t *y, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  ggemm::grouped_gemm<4096, 7168, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
+  ggemm::grouped_gemm<4096, 7168, 128, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
                                                                    max_rows, smem);
 }
 
-// gemm2: N = 7168, K = 2048.
+// N = 7168, K = 2048, 128-row tiles.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM, BK], 128B swizzle
-                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN, BK], 128B swizzle
+moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
+                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 256, BK], 128B swizzle
                  bf16_t *y, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  ggemm::grouped_gemm<7168, 2048, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
+  ggemm::grouped_gemm<7168, 2048, 128, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
+                                                                   max_rows, smem);
+}
+
+// N = 4096, K = 7168, 256-row tiles.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm1_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [256, BK], 128B swizzle
+                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 128, BK], 128B swizzle
+                 bf16_t *y, const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  ggemm::grouped_gemm<4096, 7168, 256, 128, 4, 199888>(&mx, &mw, y, counts, offsets,
+                                                                   max_rows, smem);
+}
+
+// N = 7168, K = 2048, 256-row tiles.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [256, BK], 128B swizzle
+                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 128, BK], 128B swizzle
+                 bf16_t *y, const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  ggemm::grouped_gemm<7168, 2048, 256, 128, 4, 199888>(&mx, &mw, y, counts, offsets,
                                                                    max_rows, smem);
 }
 
@@ -1486,6 +1579,10 @@ moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM
 //   moegen_gemm1_wgrad: N = 4096, K = 7168, tile 128x256x64, 4 stages, 200400 B smem
 //   moegen_gemm2_wgrad: N = 7168, K = 2048, tile 128x256x64, 4 stages, 200400 B smem
 //   moegen_gemm1_fwd_glu: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
+//   moegen_gemm1_dgrad_tall: N = 4096, K = 7168, tile 256x128x64, 4 stages, 199888 B smem
+//   moegen_gemm2_dgrad_tall: N = 7168, K = 2048, tile 256x128x64, 4 stages, 199888 B smem
+//   moegen_gemm2_dgrad_glu_tall: N = 7168, K = 2048, tile 256x128x64, 4 stages, 199888 B smem
+//   moegen_gemm1_fwd_glu_tall: N = 4096, K = 7168, tile 256x128x64, 4 stages, 199888 B smem
 //
 // Shared-memory operand layouts. TMA writes every box with the 128-byte
 // swizzle: a box is lines of 128 bytes (64 bf16 of its inner dimension),
@@ -1517,6 +1614,7 @@ constexpr u32 BOX_BYTES = BK * 128; // one [64 lines][64 bf16] MN-major box
 constexpr int DB_BYTES = 512;       // wgrad: bias-grad partials, 64 floats per consumer
 enum Mode { DGRAD = 0, WGRAD = 1, GLU = 2, DGLU = 3 };
 struct __align__(8) f32x2 { float x, y; };
+struct __align__(8) u32x2 { u32 x, y; };
 
 // MN-major 128B-swizzle descriptor of boxes laid BOX_BYTES apart (see above).
 __device__ __forceinline__ u64 desc_mn_sw128(u32 addr) {
@@ -1673,6 +1771,58 @@ template <> struct Mma<256, 0, 0> {
         : "l"(a), "l"(b), "r"(scale_d));
   }
 };
+template <> struct Mma<128, 0, 1> {
+  static constexpr int REGS = 64;
+  __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 1; }\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        , "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        , "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+        , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(scale_d));
+  }
+};
+template <> struct Mma<128, 0, 0> {
+  static constexpr int REGS = 64;
+  __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0; }\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        , "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        , "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+        , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(scale_d));
+  }
+};
 
 // What the epilogues write (kernel parameters, by mode).
 struct Out {
@@ -1706,8 +1856,11 @@ __device__ __forceinline__ WTile wdecode(int t, const int *rs) {
 
 // The kernel body. N, K: the forward GEMM's; the output has C columns
 // (DGRAD, WGRAD: K; GLU: N / 2 act columns) tiled by BN (GLU: BN / 2 act
-// columns per tile, from BN / 2 gate and BN / 2 up rows of W).
-template <int MODE, int N, int K, int BN, int STAGES, int SMEM_BYTES>
+// columns per tile, from BN / 2 gate and BN / 2 up rows of W). TBM: rows
+// per tile of the row-tiled modes (128, or 256 for the tall kernels: each
+// consumer then runs two m64 sub-blocks, as the forward's, see there);
+// WGRAD tiles dW by BM = 128.
+template <int MODE, int N, int K, int TBM, int BN, int STAGES, int SMEM_BYTES>
 __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t *mb, const Out &o,
                                      const int *counts, const int *offsets, int max_rows, u8 *smem) {
   constexpr int F = N / 2;                                    // GLU: act columns
@@ -1715,12 +1868,15 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   constexpr int KT = (R + BK - 1) / BK;                       // k steps (DGRAD, GLU)
   constexpr int CT = MODE == GLU ? (F + BN / 2 - 1) / (BN / 2) : (K + BN - 1) / BN; // column tiles
   constexpr int MT = (N + BM - 1) / BM;                       // WGRAD: dW row tiles
-  constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+  constexpr int RC = TBM / 2, SUB = RC / CONSUMER_ROWS;       // rows, m64 sub-blocks per consumer
+  constexpr u32 A_BYTES = TBM * BK * 2, B_BYTES = BN * BK * 2;
   constexpr int BAR_BYTES = 16 * STAGES;
   constexpr int EXTRA = MODE == WGRAD ? DB_BYTES : 0;
   static_assert(BN % 64 == 0 && BN <= 256, "wgmma N, 64-column MN-major boxes");
   static_assert(N % 8 == 0 && K % 8 == 0, "16-byte rows (TMA strides, paired stores)");
-  static_assert(A_BYTES == 2 * BOX_BYTES && B_BYTES % BOX_BYTES == 0, "box tiling");
+  static_assert((TBM == 128 || (TBM == 256 && MODE != WGRAD)) && SUB * BN <= 256,
+                "tile rows, accumulator registers");
+  static_assert(A_BYTES % (2 * BOX_BYTES) == 0 && B_BYTES % BOX_BYTES == 0, "box tiling");
   static_assert(SMEM_BYTES == TABLE_BYTES + EXTRA + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES),
                 "plan.lua gemm_smem");
   static_assert(SMEM_BYTES <= 232448, "opt-in shared memory");
@@ -1731,7 +1887,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   const u32 sa = tiles, sb = tiles + STAGES * A_BYTES;
   const int tid = threadIdx.x;
 
-  ggemm::build_tables(counts, offsets, ts, rs, scratch);
+  ggemm::build_tables<TBM>(counts, offsets, ts, rs, scratch);
   if (tid == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(bars + 8 * s, 1);
@@ -1769,7 +1925,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
         }
       } else {
         constexpr int TW = MODE == GLU ? BN / 2 : BN; // output columns per tile
-        const ggemm::Tile tl = ggemm::decode<CT, TW>(t, ts, rs);
+        const ggemm::Tile tl = ggemm::decode<CT, TW, TBM>(t, ts, rs);
         const int xrow = tl.row0 + tl.m0; // rows past the expert: loaded, not stored
         for (int kb = 0; kb < KT; kb++) {
           const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
@@ -1791,11 +1947,11 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
     return;
   }
 
-  // ---------------- consumers: rows c*64 .. c*64+63 of each tile
+  // ---------------- consumers: rows c*RC .. c*RC+RC-1 of each tile
   setmaxnreg_inc<ggemm::CONSUMER_REGS>();
   const int c = wg - 1, wt = tid % 128, lane = tid % 32, warp = wt / 32;
   constexpr int TA = MODE == WGRAD ? 1 : 0, TB = MODE == GLU ? 0 : 1;
-  float acc[BN / 2];
+  float accs[SUB][BN / 2];
   int s = 0;
   u32 ph = 0;
   for (int t = blockIdx.x; t < total; t += gridDim.x) {
@@ -1806,12 +1962,12 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
       kt = (rows + BK - 1) / BK;
       left = BM; // every dW row of the tile is computed (masked to N at the store)
     } else {
-      const ggemm::Tile tl = ggemm::decode<CT, MODE == GLU ? BN / 2 : BN>(t, ts, rs);
+      const ggemm::Tile tl = ggemm::decode<CT, MODE == GLU ? BN / 2 : BN, TBM>(t, ts, rs);
       e = tl.e, row0 = tl.row0, rows = tl.rows, m0 = tl.m0, n0 = tl.n0;
       kt = KT;
       left = rows - m0;
     }
-    if (left <= c * CONSUMER_ROWS) { // past the expert's end: keep the barriers in step, no math
+    if (left <= c * RC) { // past the expert's end: keep the barriers in step, no math
       for (int kb = 0; kb < kt; kb++) {
         mbar_wait(bars + 8 * s, ph);
         if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
@@ -1824,7 +1980,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
     if (MODE == WGRAD) { // an empty expert (kt = 0) stores these zeros; unconditional so the
                          // accumulators are never written on a divergent path (wgmma serialization)
 #pragma unroll
-      for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
+      for (int i = 0; i < BN / 2; i++) accs[0][i] = 0.f;
     }
     int prev = 0;
     for (int kb = 0; kb < kt; kb++) {
@@ -1854,13 +2010,15 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
       wgmma_fence();
       u64 da, dbd;
       if (TA) da = desc_mn_sw128(a_s + c * BOX_BYTES);
-      else da = wgmma_desc_sw128(a_s + c * CONSUMER_ROWS * 128);
+      else da = wgmma_desc_sw128(a_s + c * RC * 128);
       if (TB) dbd = desc_mn_sw128(b_s);
       else dbd = wgmma_desc_sw128(b_s);
 #pragma unroll
       for (int kk = 0; kk < BK / 16; kk++) // k16 step: K-major +32 B (2), MN-major +2048 B (128)
-        Mma<BN, TA, TB>::mma(acc, da + (TA ? 128 : 2) * kk, dbd + (TB ? 128 : 2) * kk,
-                             (kb | kk) != 0);
+#pragma unroll
+        for (int h = 0; h < SUB; h++) // sub-block h (K-major A): 64 rows = 8192 B (>> 4: 512) further
+          Mma<BN, TA, TB>::mma(accs[h], da + 512 * h + (TA ? 128 : 2) * kk,
+                               dbd + (TB ? 128 : 2) * kk, (kb | kk) != 0);
       wgmma_commit();
       if (kb > 0) { // the previous step's MMAs are done reading its stage
         wgmma_wait<1>();
@@ -1872,146 +2030,163 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
     wgmma_wait<0>();
     if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 
-    const int r = c * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the tile
-    const int col = n0 + 2 * (lane % 4);
-    if (MODE == DGRAD) { // dX rows of the expert (and < max_rows), columns < K
-      const int grow = row0 + m0 + r;
-      const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
-      u32 *y0 = reinterpret_cast<u32 *>(static_cast<bf16_t *>(o.y) + (long long)grow * K + col);
-      u32 *y1 = y0 + 4 * K;
 #pragma unroll
-      for (int j = 0; j < BN / 8; j++) {
-        if (K % BN == 0 || col + 8 * j < K) {
-          if (ok0) y0[4 * j] = pack_bf16x2(acc[4 * j], acc[4 * j + 1]);
-          if (ok1) y1[4 * j] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
-        }
-      }
-    } else if (MODE == DGLU) { // dact (K = F columns) -> dh [rows, 2F] = (dgate, dup)
-      const int grow = row0 + m0 + r;
-      const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
-      bf16_t *dh = static_cast<bf16_t *>(o.y);
-      float dp[2] = {0.f, 0.f};
-#pragma unroll
-      for (int half = 0; half < 2; half++) {
-        if (!(half ? ok1 : ok0)) continue;
-        const long long rr = grow + 8 * half;
-        const float p = o.prob ? o.prob[rr] : 1.f;
-        const u32 *hg = reinterpret_cast<const u32 *>(o.h + rr * 2 * K + col);
-        u32 *dg = reinterpret_cast<u32 *>(dh + rr * 2 * K + col);
+    for (int sub = 0; sub < SUB; sub++) { // the epilogue of m64 sub-block sub
+      const float(&acc)[BN / 2] = accs[sub];
+      const int r = c * RC + sub * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the tile
+      const int col = n0 + 2 * (lane % 4);
+      if (MODE == DGRAD) { // dX rows of the expert (and < max_rows), columns < K
+        const int grow = row0 + m0 + r;
+        const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
+        u32 *y0 = reinterpret_cast<u32 *>(static_cast<bf16_t *>(o.y) + (long long)grow * K + col);
+        u32 *y1 = y0 + 4 * K;
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
           if (K % BN == 0 || col + 8 * j < K) {
-            const u32 g2 = hg[4 * j], u2 = hg[4 * j + K / 2];
-            float dgv[2], duv[2];
-#pragma unroll
-            for (int q = 0; q < 2; q++) {
-              const float g = q ? bf16_hi(g2) : bf16_lo(g2), u = q ? bf16_hi(u2) : bf16_lo(u2);
-              const float da = acc[4 * j + 2 * half + q], sg = 1.f / (1.f + __expf(-g));
-              const float sl = g * sg;
-              dgv[q] = da * p * u * sg * (1.f + g * (1.f - sg));
-              duv[q] = da * p * sl;
-              dp[half] += da * sl * u;
-            }
-            dg[4 * j] = pack_bf16x2(dgv[0], dgv[1]);
-            dg[4 * j + K / 2] = pack_bf16x2(duv[0], duv[1]);
+            if (ok0) y0[4 * j] = pack_bf16x2(acc[4 * j], acc[4 * j + 1]);
+            if (ok1) y1[4 * j] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
           }
         }
-      }
-      if (o.dprob) { // the 4 lanes of a quad share rows: reduce, one atomic per row and tile
+      } else if (MODE == DGLU) { // dact (K = F columns) -> dh [rows, 2F] = (dgate, dup)
+        const int grow = row0 + m0 + r;
+        const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
+        bf16_t *dh = static_cast<bf16_t *>(o.y);
+        float dp[2] = {0.f, 0.f};
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-          dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 1);
-          dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 2);
-        }
-        if (lane % 4 == 0) {
-          if (ok0) atomicAdd(o.dprob + grow, dp[0]);
-          if (ok1) atomicAdd(o.dprob + grow + 8, dp[1]);
-        }
-      }
-    } else if (MODE == WGRAD) { // dW_e rows m0 + r (< N), columns < K
-      if (want_db) { // both halves of the consumer's 64 columns -> db_e[m0 + 64c + col]
-        if (wt >= 64) dbs[c * 64 + wt % 64] = db;
-        bar_sync(2 + c, 128);
-        const int dcol = m0 + c * 64 + wt;
-        if (wt < 64 && dcol < N) {
-          float *dst = static_cast<float *>(o.aux) + (long long)e * N + dcol;
-          const float v = db + dbs[c * 64 + wt];
-          if (o.accumulate) {
-            if (rows > 0) *dst += v;
-          } else {
-            *dst = v;
-          }
-        }
-        bar_sync(2 + c, 128); // dbs is free again
-      }
-      if (o.accumulate && rows == 0) continue; // dW_e += 0: leave it untouched
-      const int i0 = m0 + r;
-      const bool ok0 = i0 < N, ok1 = i0 + 8 < N;
-      const long long off = ((long long)e * N + i0) * K + col;
-      if (o.accumulate) {
-        f32x2 *w0 = reinterpret_cast<f32x2 *>(static_cast<float *>(o.y) + off);
-        f32x2 *w1 = w0 + 4 * K; // 8 rows down, in f32x2 units
+          if (!(half ? ok1 : ok0)) continue;
+          const long long rr = grow + 8 * half;
+          const float p = o.prob ? o.prob[rr] : 1.f;
+          const u32 *hg = reinterpret_cast<const u32 *>(o.h + rr * 2 * K + col);
+          u32 *dg = reinterpret_cast<u32 *>(dh + rr * 2 * K + col);
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-          if (K % BN == 0 || col + 8 * j < K) {
-            if (ok0) {
-              f32x2 v = w0[4 * j];
-              v.x += acc[4 * j], v.y += acc[4 * j + 1];
-              w0[4 * j] = v;
-            }
-            if (ok1) {
-              f32x2 v = w1[4 * j];
-              v.x += acc[4 * j + 2], v.y += acc[4 * j + 3];
-              w1[4 * j] = v;
+          for (int j = 0; j < BN / 8; j++) {
+            if (K % BN == 0 || col + 8 * j < K) {
+              const u32 g2 = hg[4 * j], u2 = hg[4 * j + K / 2];
+              float dgv[2], duv[2];
+#pragma unroll
+              for (int q = 0; q < 2; q++) {
+                const float g = q ? bf16_hi(g2) : bf16_lo(g2), u = q ? bf16_hi(u2) : bf16_lo(u2);
+                const float da = acc[4 * j + 2 * half + q], sg = 1.f / (1.f + __expf(-g));
+                const float sl = g * sg;
+                dgv[q] = da * p * u * sg * (1.f + g * (1.f - sg));
+                duv[q] = da * p * sl;
+                dp[half] += da * sl * u;
+              }
+              dg[4 * j] = pack_bf16x2(dgv[0], dgv[1]);
+              dg[4 * j + K / 2] = pack_bf16x2(duv[0], duv[1]);
             }
           }
         }
-      } else {
-        u32 *w0 = reinterpret_cast<u32 *>(static_cast<bf16_t *>(o.y) + off);
-        u32 *w1 = w0 + 4 * K;
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-          if (K % BN == 0 || col + 8 * j < K) {
-            if (ok0) w0[4 * j] = pack_bf16x2(acc[4 * j], acc[4 * j + 1]);
-            if (ok1) w1[4 * j] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
-          }
-        }
-      }
-    } else { // GLU: acc columns [0, BN/2) gate f = n0 + ..., [BN/2, BN) up F + f
-      constexpr int UP = BN / 16; // acc group of the up column paired with gate group j
-      const int grow = row0 + m0 + r;
-      const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
-      float p0 = 1.f, p1 = 1.f;
-      if (o.prob) {
-        if (ok0) p0 = o.prob[grow];
-        if (ok1) p1 = o.prob[grow + 8];
-      }
-      bf16_t *act = static_cast<bf16_t *>(o.y);
-      bf16_t *h = static_cast<bf16_t *>(o.aux);
-#pragma unroll
-      for (int j = 0; j < BN / 16; j++) {
-        const int f = col + 8 * j;
-        if (F % (BN / 2) == 0 || f < F) {
-          float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
-          if (o.bias) {
-            const u32 *b = reinterpret_cast<const u32 *>(o.bias + (long long)e * N + f);
-            const u32 g2 = b[0], u2 = b[F / 2];
-            bg0 = bf16_lo(g2), bg1 = bf16_hi(g2), bu0 = bf16_lo(u2), bu1 = bf16_hi(u2);
-          }
+        if (o.dprob) { // the 4 lanes of a quad share rows: reduce, one atomic per row and tile
 #pragma unroll
           for (int half = 0; half < 2; half++) {
-            const bool ok = half ? ok1 : ok0;
-            if (!ok) continue;
-            const int rr = grow + 8 * half;
-            const float g0 = acc[4 * j + 2 * half] + bg0, g1 = acc[4 * j + 2 * half + 1] + bg1;
-            const float u0 = acc[4 * (j + UP) + 2 * half] + bu0;
-            const float u1 = acc[4 * (j + UP) + 2 * half + 1] + bu1;
-            const float p = half ? p1 : p0;
-            *reinterpret_cast<u32 *>(act + (long long)rr * F + f) =
-                pack_bf16x2(silu(g0) * u0 * p, silu(g1) * u1 * p);
-            if (h) {
-              *reinterpret_cast<u32 *>(h + (long long)rr * N + f) = pack_bf16x2(g0, g1);
-              *reinterpret_cast<u32 *>(h + (long long)rr * N + F + f) = pack_bf16x2(u0, u1);
+            dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 1);
+            dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 2);
+          }
+          if (lane % 4 == 0) {
+            if (ok0) atomicAdd(o.dprob + grow, dp[0]);
+            if (ok1) atomicAdd(o.dprob + grow + 8, dp[1]);
+          }
+        }
+      } else if (MODE == WGRAD) { // dW_e rows m0 + r (< N), columns < K
+        if (want_db) { // both halves of the consumer's 64 columns -> db_e[m0 + 64c + col]
+          if (wt >= 64) dbs[c * 64 + wt % 64] = db;
+          bar_sync(2 + c, 128);
+          const int dcol = m0 + c * 64 + wt;
+          if (wt < 64 && dcol < N) {
+            float *dst = static_cast<float *>(o.aux) + (long long)e * N + dcol;
+            const float v = db + dbs[c * 64 + wt];
+            if (o.accumulate) {
+              if (rows > 0) *dst += v;
+            } else {
+              *dst = v;
+            }
+          }
+          bar_sync(2 + c, 128); // dbs is free again
+        }
+        if (o.accumulate && rows == 0) continue; // dW_e += 0: leave it untouched
+        const int i0 = m0 + r;
+        const bool ok0 = i0 < N, ok1 = i0 + 8 < N;
+        const long long off = ((long long)e * N + i0) * K + col;
+        if (o.accumulate) {
+          f32x2 *w0 = reinterpret_cast<f32x2 *>(static_cast<float *>(o.y) + off);
+          f32x2 *w1 = w0 + 4 * K; // 8 rows down, in f32x2 units
+#pragma unroll
+          for (int j = 0; j < BN / 8; j++) {
+            if (K % BN == 0 || col + 8 * j < K) {
+              if (ok0) {
+                f32x2 v = w0[4 * j];
+                v.x += acc[4 * j], v.y += acc[4 * j + 1];
+                w0[4 * j] = v;
+              }
+              if (ok1) {
+                f32x2 v = w1[4 * j];
+                v.x += acc[4 * j + 2], v.y += acc[4 * j + 3];
+                w1[4 * j] = v;
+              }
+            }
+          }
+        } else {
+          // Lanes q and q ^ 1 of a quad swap pairs so that each stores 8 bytes
+          // (q even: 4 columns of group j, q odd: of group j + 1) and a quad
+          // fills whole 32-byte sectors: column group jj, columns 2 * (q & 2)..+3.
+          const int q = lane % 4, odd = q & 1;
+          bf16_t *w = static_cast<bf16_t *>(o.y) + ((long long)e * N + i0) * K + n0 + 2 * (q & 2);
+#pragma unroll
+          for (int j = 0; j < BN / 8; j += 2) {
+            const int jj = j + odd;
+            u32 v[2][2]; // [row half][lo, hi] to store
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+              const u32 a = pack_bf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+              const u32 b = pack_bf16x2(acc[4 * j + 4 + 2 * half], acc[4 * j + 4 + 2 * half + 1]);
+              const u32 got = __shfl_xor_sync(MOEGEN_FULL_MASK, odd ? a : b, 1);
+              v[half][0] = odd ? got : a;
+              v[half][1] = odd ? b : got;
+            }
+            if (K % BN == 0 || n0 + 8 * jj < K) {
+              if (ok0) *reinterpret_cast<u32x2 *>(w + 8 * jj) = u32x2{v[0][0], v[0][1]};
+              if (ok1) *reinterpret_cast<u32x2 *>(w + 8 * K + 8 * jj) = u32x2{v[1][0], v[1][1]};
+            }
+          }
+        }
+      } else { // GLU: acc columns [0, BN/2) gate f = n0 + ..., [BN/2, BN) up F + f
+        constexpr int UP = BN / 16; // acc group of the up column paired with gate group j
+        const int grow = row0 + m0 + r;
+        const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
+        float p0 = 1.f, p1 = 1.f;
+        if (o.prob) {
+          if (ok0) p0 = o.prob[grow];
+          if (ok1) p1 = o.prob[grow + 8];
+        }
+        bf16_t *act = static_cast<bf16_t *>(o.y);
+        bf16_t *h = static_cast<bf16_t *>(o.aux);
+#pragma unroll
+        for (int j = 0; j < BN / 16; j++) {
+          const int f = col + 8 * j;
+          if (F % (BN / 2) == 0 || f < F) {
+            float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
+            if (o.bias) {
+              const u32 *b = reinterpret_cast<const u32 *>(o.bias + (long long)e * N + f);
+              const u32 g2 = b[0], u2 = b[F / 2];
+              bg0 = bf16_lo(g2), bg1 = bf16_hi(g2), bu0 = bf16_lo(u2), bu1 = bf16_hi(u2);
+            }
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+              const bool ok = half ? ok1 : ok0;
+              if (!ok) continue;
+              const int rr = grow + 8 * half;
+              const float g0 = acc[4 * j + 2 * half] + bg0, g1 = acc[4 * j + 2 * half + 1] + bg1;
+              const float u0 = acc[4 * (j + UP) + 2 * half] + bu0;
+              const float u1 = acc[4 * (j + UP) + 2 * half + 1] + bu1;
+              const float p = half ? p1 : p0;
+              *reinterpret_cast<u32 *>(act + (long long)rr * F + f) =
+                  pack_bf16x2(silu(g0) * u0 * p, silu(g1) * u1 * p);
+              if (h) {
+                *reinterpret_cast<u32 *>(h + (long long)rr * N + f) = pack_bf16x2(g0, g1);
+                *reinterpret_cast<u32 *>(h + (long long)rr * N + F + f) = pack_bf16x2(u0, u1);
+              }
             }
           }
         }
@@ -2026,37 +2201,37 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // dgrad of the forward with N = 4096, K = 7168: dx [rows, K] = dy [rows, N] W_e.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BM, BK], 128B swizzle
+moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // dgrad of the forward with N = 7168, K = 2048: dx [rows, K] = dy [rows, N] W_e.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm2_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BM, BK], 128B swizzle
+moegen_gemm2_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // gemm2 dgrad (N = 7168, K = 2048) + SwiGLU backward: dh [rows, 2K] from dact = dy W_e.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm2_dgrad_glu(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BM, BK], 128B swizzle
+moegen_gemm2_dgrad_glu(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                        const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                        bf16_t *dh, const bf16_t *h, const float *prob, float *dprob,
                        const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm_bwd::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
-  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
 #endif
@@ -2069,7 +2244,7 @@ moegen_gemm1_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    int accumulate) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm_bwd::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
 }
 
 #endif
@@ -2082,20 +2257,70 @@ moegen_gemm2_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    int accumulate) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm_bwd::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
 }
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3
 // gemm1 forward with the SwiGLU epilogue: N = 4096 (gate, up), K = 7168.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [BM, BK], 128B swizzle
+moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                      const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN/2, BK], 128B swizzle
                      bf16_t *act, bf16_t *h, const bf16_t *bias, const float *prob,
                      const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm_bwd::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 128, 256, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
+// dgrad of the forward with N = 4096, K = 7168: dx [rows, K] = dy [rows, N] W_e.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [256, BK], 128B swizzle
+                   const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
+                   bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 128, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
+// dgrad of the forward with N = 7168, K = 2048: dx [rows, K] = dy [rows, N] W_e.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [256, BK], 128B swizzle
+                   const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
+                   bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 128, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
+// gemm2 dgrad (N = 7168, K = 2048) + SwiGLU backward: dh [rows, 2K] from dact = dy W_e.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [256, BK], 128B swizzle
+                       const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
+                       bf16_t *dh, const bf16_t *h, const float *prob, float *dprob,
+                       const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 128, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+}
+
+#endif
+#if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3
+// gemm1 forward with the SwiGLU epilogue: N = 4096 (gate, up), K = 7168.
+extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
+moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [256, BK], 128B swizzle
+                     const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN/2, BK], 128B swizzle
+                     bf16_t *act, bf16_t *h, const bf16_t *bias, const float *prob,
+                     const int *counts, const int *offsets, int max_rows) {
+  extern __shared__ __align__(16) u8 smem[];
+  const ggemm_bwd::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 128, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, smem);
 }
 
 #endif
@@ -2106,7 +2331,8 @@ moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box
 //   E = 256, K = 8, H = 7168 (896 16-byte vectors per bf16 row)
 //   index kernels: 512 tokens per tile (one thread each)
 //   copy kernels: 128 threads per row, 7 vectors per thread per pass
-//   gather kernels: 32 threads per token
+//   combine: slabs of 256 x 1 output vectors, 1 x K row loads per thread
+//   unpermute backward: 32 threads per token
 // Permute forward is three kernels: moegen_permute_routes (per-tile expert
 // histograms), moegen_permute_rank (counts, capacity, padded offsets and
 // every route's destination row: deterministic, a route's rank is the number
@@ -2118,6 +2344,7 @@ moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box
 namespace perm {
 constexpr int E = 256;          // experts
 constexpr int K = 8;          // routes per token
+constexpr int H = 7168;       // hidden size (elements per row)
 constexpr int TILE = 512;       // tokens per index-kernel block (one thread each)
 constexpr int WORDS = TILE / 32;  // bitmask words per expert of a tile
 constexpr int MVEC = 16;       // bytemap bytes per access
@@ -2128,6 +2355,7 @@ constexpr int CTPB = CTHREADS / CG; // rows per copy block
 constexpr int GTHREADS = 256;  // gather-kernel block
 constexpr int GG = 32;        // threads per token in the gather kernels (<= 32)
 constexpr int GTPW = 32 / GG;      // tokens per warp
+constexpr int CV = 1;         // vectors per thread of a combine slab
 constexpr int ZCH = 16;        // tail rows per zero unit
 constexpr int MAX_CHUNKS = 2048; // chunk-sort limit
 static_assert(TILE % 32 == 0 && TILE <= 1024, "tile");
@@ -2135,9 +2363,12 @@ static_assert(E % MVEC == 0, "bytemap vector");
 static_assert(CTHREADS % CG == 0 && GTHREADS % 32 == 0 && 32 % GG == 0, "groups");
 static_assert(K >= 1 && K <= E, "top-k");
 
+// Streaming 16-byte load of read-only data that is read once: .cs puts
+// its lines first in line for eviction in L1 and L2, which keeps the row
+// map and probs resident (no policy register, unlike .L2::cache_hint).
 __device__ __forceinline__ u32x4 ldg_vec(const u32x4 *p) {
   u32x4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.cs.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.a), "=r"(v.b), "=r"(v.c), "=r"(v.d) : "l"(p));
   return v;
 }
@@ -2294,41 +2525,69 @@ struct CombineArgs {
 };
 
 // out[t] = sum_k w[t,k] rows[row_map[t,k]] (k ascending, fp32 fma), routes
-// with row -1 skipped; GG threads per token, nv vectors of W elements.
+// with row -1 skipped. out's T*NV vectors, flattened token-major, are cut
+// into slabs of GTHREADS*CV consecutive vectors that blocks walk
+// grid-stride (any grid is correct); thread x owns vectors x, x + GTHREADS,
+// ... of a slab, so a warp's access is 512 contiguous bytes of one row (two
+// at a token boundary) and a slab reads about GTHREADS*CV*16 contiguous
+// bytes of each row its tokens name; neighbouring blocks read the next.
+// Per slab a thread issues all CV*K row loads before its first fma.
 template <typename T>
-__device__ __forceinline__ void combine(const CombineArgs &a, int Tn, int nv) {
-  constexpr int W = 16 / sizeof(T);
-  const int g = threadIdx.x % GG;
-  const long long gid = ((long long)blockIdx.x * GTHREADS + threadIdx.x) / GG;
-  const long long ngroups = (long long)gridDim.x * GTHREADS / GG;
-  const T *rows = (const T *)a.rows;
-  for (long long t = gid; t < Tn; t += ngroups) {
-    int dst[K];
-    float w[K];
+__device__ __forceinline__ void combine(const CombineArgs &a, int Tn) {
+  constexpr int W = 16 / sizeof(T);       // elements per vector
+  constexpr int NV = H * sizeof(T) / 16;  // vectors per row
+  constexpr int SPAN = GTHREADS * CV;     // vectors per slab
+  const long long total = (long long)Tn * NV;
+  const u32x4 *rows = (const u32x4 *)a.rows;
+  u32x4 *out = (u32x4 *)a.out;
+  for (long long s0 = (long long)blockIdx.x * SPAN; s0 < total; s0 += (long long)gridDim.x * SPAN) {
+    const long long t0 = s0 / NV;               // token of the slab's first vector
+    const int x0 = (int)(s0 - t0 * NV) + threadIdx.x;  // < NV + GTHREADS
+    int col[CV], dst[CV][K];
+    float w[CV][K];
 #pragma unroll
-    for (int k = 0; k < K; k++) {
-      dst[k] = a.row_map[t * K + k];
-      w[k] = a.probs ? a.probs[t * K + k] : 1.f;
+    for (int i = 0; i < CV; i++) {
+      const int x = x0 + i * GTHREADS;
+      const long long t = t0 + x / NV;
+      col[i] = x % NV;
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        dst[i][k] = -1;
+        w[i][k] = 1.f;
+      }
+      if (t >= Tn) continue;
+#pragma unroll
+      for (int k = 0; k < K; k++) dst[i][k] = a.row_map[t * K + k];
+      if (a.probs) {
+#pragma unroll
+        for (int k = 0; k < K; k++) w[i][k] = a.probs[t * K + k];
+      }
     }
-    T *out = (T *)a.out + t * nv * W;
-#pragma unroll 1
-    for (int c = g; c < nv; c += GG) {
+    u32x4 v[CV][K];
+#pragma unroll
+    for (int i = 0; i < CV; i++)
+#pragma unroll
+      for (int k = 0; k < K; k++)
+        if (dst[i][k] >= 0) v[i][k] = ldg_vec(rows + (long long)dst[i][k] * NV + col[i]);
+#pragma unroll
+    for (int i = 0; i < CV; i++) {
+      const long long q = s0 + threadIdx.x + i * GTHREADS;
+      if (q >= total) break;
       float acc[W];
 #pragma unroll
       for (int j = 0; j < W; j++) acc[j] = 0.f;
 #pragma unroll
       for (int k = 0; k < K; k++) {
-        if (dst[k] >= 0) {
-          T v[W];
-          load_vec<T, W>(rows + ((long long)dst[k] * nv + c) * W, v);
+        if (dst[i][k] < 0) continue;
+        vec_of<T, W> e;
+        e.u.raw = v[i][k];
 #pragma unroll
-          for (int j = 0; j < W; j++) acc[j] = __fmaf_rn(w[k], to_f32(v[j]), acc[j]);
-        }
+        for (int j = 0; j < W; j++) acc[j] = __fmaf_rn(w[i][k], to_f32(e.u.e[j]), acc[j]);
       }
-      T o[W];
+      vec_of<T, W> o;
 #pragma unroll
-      for (int j = 0; j < W; j++) o[j] = from_f32<T>(acc[j]);
-      store_vec<T, W>(out + c * W, o);
+      for (int j = 0; j < W; j++) o.u.e[j] = from_f32<T>(acc[j]);
+      stg_vec(out + q, o.u.raw);
     }
   }
 }
@@ -2571,12 +2830,14 @@ moegen_permute_rows(perm::RowsArgs a, int T, int R, int nv) {
   zero_rows<CG>(a.rows, a.pprobs, a.offsets, a.counts, R, nv, gid, ngroups, g);
 }
 
-// Grid: persistent, GTHREADS threads, GG per token. dtype: 0 fp32, 1 bf16, 2 fp16.
-extern "C" __global__ void __launch_bounds__(perm::GTHREADS, 1)
-moegen_unpermute(perm::CombineArgs a, int T, int nv, int dtype) {
-  if (dtype == 1) perm::combine<bf16_t>(a, T, nv);
-  else if (dtype == 2) perm::combine<fp16_t>(a, T, nv);
-  else perm::combine<float>(a, T, nv);
+// Grid: any (one wave is enough), GTHREADS threads. dtype: 0 fp32, 1 bf16, 2 fp16.
+// 3 blocks per SM caps it at 80 registers (CV*K <= 8 loads fit unspilled):
+// 768 threads x 128 B of loads, 3x the bytes in flight HBM needs.
+extern "C" __global__ void __launch_bounds__(perm::GTHREADS, 3)
+moegen_unpermute(perm::CombineArgs a, int T, int dtype) {
+  if (dtype == 1) perm::combine<bf16_t>(a, T);
+  else if (dtype == 2) perm::combine<fp16_t>(a, T);
+  else perm::combine<float>(a, T);
 }
 
 // Grid: persistent, GTHREADS threads, GG per token. Writes every row of
