@@ -404,6 +404,27 @@ moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsign
   return MOEGEN_OK;
 }
 
+/* The launch plan of GEMM kernel id, or NULL if id is no GEMM kernel. */
+static const moegen_gemm_kernel_plan *gemm_plan_of(const moegen_gemm_plan *g, moegen_kernel_id id) {
+  switch (id) {
+  case MOEGEN_KERNEL_GEMM1_FWD: return &g->gemm1;
+  case MOEGEN_KERNEL_GEMM2_FWD: return &g->gemm2;
+  case MOEGEN_KERNEL_GEMM1_FWD_TALL: return &g->gemm1_tall;
+  case MOEGEN_KERNEL_GEMM2_FWD_TALL: return &g->gemm2_tall;
+  case MOEGEN_KERNEL_GEMM1_FWD_GLU: return &g->gemm1_glu;
+  case MOEGEN_KERNEL_GEMM1_FWD_GLU_TALL: return &g->gemm1_glu_tall;
+  case MOEGEN_KERNEL_GEMM1_DGRAD: return &g->gemm1_dgrad;
+  case MOEGEN_KERNEL_GEMM2_DGRAD:
+  case MOEGEN_KERNEL_GEMM2_DGRAD_GLU: return &g->gemm2_dgrad;
+  case MOEGEN_KERNEL_GEMM1_DGRAD_TALL: return &g->gemm1_dgrad_tall;
+  case MOEGEN_KERNEL_GEMM2_DGRAD_TALL:
+  case MOEGEN_KERNEL_GEMM2_DGRAD_GLU_TALL: return &g->gemm2_dgrad_tall;
+  case MOEGEN_KERNEL_GEMM1_WGRAD: return &g->gemm1_wgrad;
+  case MOEGEN_KERNEL_GEMM2_WGRAD: return &g->gemm2_wgrad;
+  default: return NULL;
+  }
+}
+
 /* Block size and dynamic shared memory kernel id launches with; 0 if the
  * image lacks the kernel. */
 static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *threads,
@@ -431,10 +452,8 @@ static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *
     *smem = 0;
     return 1;
   }
-  if (id >= MOEGEN_KERNEL_GEMM1_FWD && id <= MOEGEN_KERNEL_GEMM2_FWD_TALL && img->gemm.supported) {
-    const moegen_gemm_kernel_plan *const fwd[] = {&img->gemm.gemm1, &img->gemm.gemm2,
-                                                  &img->gemm.gemm1_tall, &img->gemm.gemm2_tall};
-    const moegen_gemm_kernel_plan *g = fwd[id - MOEGEN_KERNEL_GEMM1_FWD];
+  const moegen_gemm_kernel_plan *g = img->gemm.supported ? gemm_plan_of(&img->gemm, id) : NULL;
+  if (g) {
     *threads = (unsigned)g->threads;
     *smem = (unsigned)g->smem_bytes;
     return 1;

@@ -79,10 +79,11 @@ static moegen_status check_args(moegen_module *m, const moegen_router_fwd_args *
  * blockDim.x / lanes tokens per block iteration for any multiple of 32
  * threads up to the plan's block. Enough tokens: the plan's block, a
  * persistent grid of at most one full wave. Fewer tokens than one such block
- * per SM: the fewest warps per block that still spread the token chains over
- * every SM (at T = 256 DeepSeek-V3 needs 128 warps: 128 one-warp blocks on
- * 128 SMs instead of 16 eight-warp blocks on 16 SMs, so no scheduler serves
- * two chains). */
+ * per SM: the fewest warps per block w that keep the blocks at one per SM
+ * at most (at T = 256 DeepSeek-V3 needs 128 warps: 128 one-warp blocks on
+ * 128 SMs instead of 16 eight-warp blocks on 16 SMs; just past one warp per
+ * SM, T = 266, w = 2 fills only 67 SMs, each scheduler still serving one
+ * chain). */
 static void launch_shape(const moegen_router_plan *p, const moegen_device_info *dev, int64_t T,
                          unsigned *threads, unsigned *grid) {
   int64_t warps_per_block = p->threads / 32;

@@ -191,7 +191,7 @@ struct Cursor {
   float v[D]; // routing values, v[0] ranks first; empty entries are -inf
   int i[D];   // positions within the lane (V = empty)
   float lv;   // last value popped
-  int li;     // its position (-1 = nothing popped)
+  int li;     // its position (-1 = nothing popped yet; V: the lane was cleared, nothing left)
   int avail;  // entries left in the list
 };
 
@@ -1225,7 +1225,7 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 // of rows [0, TBM/2) and [TBM/2, TBM) of a tile, in m64 sub-blocks.
 namespace ggemm {
 constexpr int E = 256;   // experts
-constexpr int BM = 128;  // tile rows of the backward and SwiGLU kernels (two consumers of 64)
+constexpr int BM = 128;  // default tile rows (two consumers of 64); wgrad's dW row tile
 constexpr int BK = 64;   // tile depth: 64 bf16 = one 128-byte swizzle row
 constexpr int THREADS = 384;
 constexpr int CONSUMER_ROWS = 64;  // rows of one wgmma (m64)
@@ -1563,7 +1563,8 @@ moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] bo
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3 || MOEGEN_UNIT == 4 // gemm gemm_train
 // ---------------------------------------------------------------- grouped GEMM backward, SwiGLU forward (sm_90a)
 // The forward's machinery (persistent CTAs, a TMA producer warpgroup, two
-// wgmma consumer warpgroups of 64 rows each, the expert tables) for:
+// wgmma consumer warpgroups of 64 rows each, or 128 as two m64 sub-blocks
+// in the _tall kernels, the expert tables) for:
 //   dgrad dX_e = dY_e W_e      dY [rows, N], W [E, N, K], dX [rows, K]
 //   wgrad dW_e = dY_e^T X_e    dY [rows, N], X [rows, K], dW [E, N, K]
 //                              (bf16 out, or fp32 dW += ...), db_e = colsum dY_e
@@ -2105,7 +2106,8 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
           }
           bar_sync(2 + c, 128); // dbs is free again
         }
-        if (o.accumulate && rows == 0) continue; // dW_e += 0: leave it untouched
+        if (o.accumulate && rows == 0) continue; // dW_e += 0: leave it untouched (WGRAD has one
+                                                 // sub-block: this ends the tile's epilogue)
         const int i0 = m0 + r;
         const bool ok0 = i0 < N, ok1 = i0 + 8 < N;
         const long long off = ((long long)e * N + i0) * K + col;
@@ -2130,7 +2132,8 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
         } else {
           // Lanes q and q ^ 1 of a quad swap pairs so that each stores 8 bytes
           // (q even: 4 columns of group j, q odd: of group j + 1) and a quad
-          // fills whole 32-byte sectors: column group jj, columns 2 * (q & 2)..+3.
+          // writes 32 contiguous bytes (whole sectors when K % 16 == 0): column
+          // group jj, columns 2 * (q & 2)..+3.
           const int q = lane % 4, odd = q & 1;
           bf16_t *w = static_cast<bf16_t *>(o.y) + ((long long)e * N + i0) * K + n0 + 2 * (q & 2);
 #pragma unroll
