@@ -404,8 +404,7 @@ moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsign
   return MOEGEN_OK;
 }
 
-/* The launch plan of GEMM kernel id, or NULL if id is no GEMM kernel. */
-static const moegen_gemm_kernel_plan *gemm_plan_of(const moegen_gemm_plan *g, moegen_kernel_id id) {
+const moegen_gemm_kernel_plan *moegen_gemm_plan_of(const moegen_gemm_plan *g, moegen_kernel_id id) {
   switch (id) {
   case MOEGEN_KERNEL_GEMM1_FWD: return &g->gemm1;
   case MOEGEN_KERNEL_GEMM2_FWD: return &g->gemm2;
@@ -452,7 +451,7 @@ static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *
     *smem = 0;
     return 1;
   }
-  const moegen_gemm_kernel_plan *g = img->gemm.supported ? gemm_plan_of(&img->gemm, id) : NULL;
+  const moegen_gemm_kernel_plan *g = img->gemm.supported ? moegen_gemm_plan_of(&img->gemm, id) : NULL;
   if (g) {
     *threads = (unsigned)g->threads;
     *smem = (unsigned)g->smem_bytes;

@@ -43,6 +43,10 @@ typedef struct moegen_kernel_desc {
 } moegen_kernel_desc;
 extern const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT];
 
+/* The launch plan of GEMM kernel id in g (the one table of which plan each
+ * GEMM kernel was rendered with), or NULL if id is no GEMM kernel. */
+const moegen_gemm_kernel_plan *moegen_gemm_plan_of(const moegen_gemm_plan *g, moegen_kernel_id id);
+
 /* Device facts an op needs to size its grid. */
 typedef struct moegen_device_info {
   CUdevice device;

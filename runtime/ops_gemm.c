@@ -11,19 +11,17 @@
 #include "module.h"
 #include "tma.h"
 
-/* The plan of GEMM `which` (the tall-tile kernel's if `tall`), or NULL if
- * which is not 1 or 2. */
-static const moegen_gemm_kernel_plan *kernel_plan(const moegen_image *img, moegen_gemm_id which,
-                                                  int tall) {
-  if (which == MOEGEN_GEMM1) return tall ? &img->gemm.gemm1_tall : &img->gemm.gemm1;
-  if (which == MOEGEN_GEMM2) return tall ? &img->gemm.gemm2_tall : &img->gemm.gemm2;
+/* The plan of GEMM `which`, or NULL if which is not 1 or 2. */
+static const moegen_gemm_kernel_plan *kernel_plan(const moegen_image *img, moegen_gemm_id which) {
+  if (which == MOEGEN_GEMM1) return &img->gemm.gemm1;
+  if (which == MOEGEN_GEMM2) return &img->gemm.gemm2;
   return NULL;
 }
 
 moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id which,
                                        int64_t max_rows, moegen_gemm_fwd_shape *shape) {
   if (!image || !shape || max_rows < 0) return MOEGEN_ERR_INVALID_ARGUMENT;
-  const moegen_gemm_kernel_plan *p = kernel_plan(image, which, 0);
+  const moegen_gemm_kernel_plan *p = kernel_plan(image, which);
   if (!p) return MOEGEN_ERR_INVALID_ARGUMENT;
   if (!image->gemm.supported) return MOEGEN_ERR_NOT_SUPPORTED;
   memset(shape, 0, sizeof *shape);
@@ -39,7 +37,7 @@ moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id
 /* Cheap metadata checks; the counts stay on the device (no value checks). */
 static moegen_status check_args(moegen_module *m, const moegen_gemm_fwd_args *a) {
   const moegen_image *img = moegen_module_image(m);
-  if (!kernel_plan(img, a->which, 0))
+  if (!kernel_plan(img, a->which))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "gemm_fwd: which = %d is not MOEGEN_GEMM1 or MOEGEN_GEMM2",
                               (int)a->which);
@@ -68,8 +66,10 @@ moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, C
   moegen_status st = check_args(m, a);
   if (st != MOEGEN_OK || a->max_rows == 0) return st;
   const moegen_image *img = moegen_module_image(m);
-  const int tall = moegen_gemm_tall(img, a->max_rows);
-  const moegen_gemm_kernel_plan *p = kernel_plan(img, a->which, tall);
+  const int g1 = a->which == MOEGEN_GEMM1, tall = moegen_gemm_tall(img, a->max_rows);
+  const moegen_kernel_id id = tall ? (g1 ? MOEGEN_KERNEL_GEMM1_FWD_TALL : MOEGEN_KERNEL_GEMM2_FWD_TALL)
+                                   : (g1 ? MOEGEN_KERNEL_GEMM1_FWD : MOEGEN_KERNEL_GEMM2_FWD);
+  const moegen_gemm_kernel_plan *p = moegen_gemm_plan_of(&img->gemm, id);
   const unsigned long long E = (unsigned long long)img->gemm.experts;
   const unsigned long long N = (unsigned long long)p->n, K = (unsigned long long)p->k;
   CUtensorMap mx, mw;
@@ -80,8 +80,6 @@ moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, C
                        (unsigned)p->bk, "gemm_fwd: cuTensorMapEncodeTiled(w)");
   if (st != MOEGEN_OK) return st;
 
-  moegen_kernel_id id = a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_FWD : MOEGEN_KERNEL_GEMM2_FWD;
-  if (tall) id = a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_FWD_TALL : MOEGEN_KERNEL_GEMM2_FWD_TALL;
   CUfunction fn;
   moegen_device_info dev;
   st = moegen_module_kernel(m, id, (unsigned)p->threads, (unsigned)p->smem_bytes, &fn, &dev);

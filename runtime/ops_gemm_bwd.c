@@ -99,8 +99,10 @@ moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *
                               (int)a->which);
   moegen_status st = check_common(m, "gemm_dgrad", a->max_rows, a->counts, a->offsets);
   if (st != MOEGEN_OK || a->max_rows == 0) return st;
-  const int tall = moegen_gemm_tall(img, a->max_rows);
-  if (tall) p = a->which == MOEGEN_GEMM1 ? &img->gemm.gemm1_dgrad_tall : &img->gemm.gemm2_dgrad_tall;
+  const int g1 = a->which == MOEGEN_GEMM1, tall = moegen_gemm_tall(img, a->max_rows);
+  const moegen_kernel_id id = tall ? (g1 ? MOEGEN_KERNEL_GEMM1_DGRAD_TALL : MOEGEN_KERNEL_GEMM2_DGRAD_TALL)
+                                   : (g1 ? MOEGEN_KERNEL_GEMM1_DGRAD : MOEGEN_KERNEL_GEMM2_DGRAD);
+  p = moegen_gemm_plan_of(&img->gemm, id);
   const void *ptrs[] = {a->dy, a->w, a->dx};
   if ((st = check_ptrs(m, "gemm_dgrad", ptrs, 3)) != MOEGEN_OK) return st;
   const long long E = img->gemm.experts, N = p->n, K = p->k;
@@ -115,8 +117,6 @@ moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *
   void *dx = a->dx;
   const int32_t *counts = a->counts, *offsets = a->offsets;
   void *params[] = {&mdy, &mw, &dx, &counts, &offsets, &max_rows};
-  moegen_kernel_id id = a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_DGRAD : MOEGEN_KERNEL_GEMM2_DGRAD;
-  if (tall) id = a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_DGRAD_TALL : MOEGEN_KERNEL_GEMM2_DGRAD_TALL;
   return launch(m, id, p, max_tiles, params, stream, "gemm_dgrad: cuLaunchKernel");
 }
 
@@ -162,8 +162,9 @@ moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args 
                                    CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_image *img = moegen_module_image(m);
-  const int tall = moegen_gemm_tall(img, a->max_rows);
-  const moegen_gemm_kernel_plan *p = tall ? &img->gemm.gemm1_glu_tall : &img->gemm.gemm1_glu;
+  const moegen_kernel_id id = moegen_gemm_tall(img, a->max_rows) ? MOEGEN_KERNEL_GEMM1_FWD_GLU_TALL
+                                                                 : MOEGEN_KERNEL_GEMM1_FWD_GLU;
+  const moegen_gemm_kernel_plan *p = moegen_gemm_plan_of(&img->gemm, id);
   moegen_status st = check_common(m, "gemm1_fwd_glu", a->max_rows, a->counts, a->offsets);
   if (st != MOEGEN_OK || a->max_rows == 0) return st;
   const void *ptrs[] = {a->x, a->w, a->act};
@@ -187,17 +188,16 @@ moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args 
   const float *prob = a->prob;
   const int32_t *counts = a->counts, *offsets = a->offsets;
   void *params[] = {&mx, &mw, &act, &h, &bias, &prob, &counts, &offsets, &max_rows};
-  return launch(m, tall ? MOEGEN_KERNEL_GEMM1_FWD_GLU_TALL : MOEGEN_KERNEL_GEMM1_FWD_GLU, p, max_tiles,
-                params, stream,
-                "gemm1_fwd_glu: cuLaunchKernel");
+  return launch(m, id, p, max_tiles, params, stream, "gemm1_fwd_glu: cuLaunchKernel");
 }
 
 moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_args *a,
                                      CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_image *img = moegen_module_image(m);
-  const int tall = moegen_gemm_tall(img, a->max_rows);
-  const moegen_gemm_kernel_plan *p = tall ? &img->gemm.gemm2_dgrad_tall : &img->gemm.gemm2_dgrad;
+  const moegen_kernel_id id = moegen_gemm_tall(img, a->max_rows) ? MOEGEN_KERNEL_GEMM2_DGRAD_GLU_TALL
+                                                                 : MOEGEN_KERNEL_GEMM2_DGRAD_GLU;
+  const moegen_gemm_kernel_plan *p = moegen_gemm_plan_of(&img->gemm, id);
   moegen_status st = check_common(m, "gemm2_dgrad_glu", a->max_rows, a->counts, a->offsets);
   if (st != MOEGEN_OK || a->max_rows == 0) return st;
   const void *ptrs[] = {a->dy, a->w, a->h, a->dh};
@@ -221,7 +221,5 @@ moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_ar
   float *dprob = a->dprob;
   const int32_t *counts = a->counts, *offsets = a->offsets;
   void *params[] = {&mdy, &mw, &dh, &h, &prob, &dprob, &counts, &offsets, &max_rows};
-  return launch(m, tall ? MOEGEN_KERNEL_GEMM2_DGRAD_GLU_TALL : MOEGEN_KERNEL_GEMM2_DGRAD_GLU, p,
-                max_tiles, params, stream,
-                "gemm2_dgrad_glu: cuLaunchKernel");
+  return launch(m, id, p, max_tiles, params, stream, "gemm2_dgrad_glu: cuLaunchKernel");
 }
