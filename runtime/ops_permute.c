@@ -221,9 +221,13 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a,
   if (st != MOEGEN_OK || (!a->rows && !a->permuted_probs)) return st;
   permute_rows_params wp = {a->x, a->rows, a->row_map, a->offsets, a->counts, a->permuted_probs};
   void *wparams[] = {&wp, &T, &R, &nv};
+  /* One group per token or zero unit, not a persistent wave: blocks that
+   * retire and start keep more rows in flight than a wave looping over
+   * tokens (DeepSeek-V3 T = 16384: 0.584 -> 0.565 ms for the rows kernel,
+   * bench/RESULTS.md run 7). */
   int per_block = p->copy_threads / p->copy_group;
   long long units = (long long)T + p->experts + (R + p->zero_chunk - 1) / p->zero_chunk;
-  return launch(m, MOEGEN_KERNEL_PERMUTE_ROWS, -((units + per_block - 1) / per_block),
+  return launch(m, MOEGEN_KERNEL_PERMUTE_ROWS, (units + per_block - 1) / per_block,
                 (unsigned)p->copy_threads, wparams, stream, "permute_fwd: cuLaunchKernel(rows)");
 }
 

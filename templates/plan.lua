@@ -203,6 +203,11 @@ end
 local GEMM_SMEM_LIMIT = 232448 -- opt-in dynamic shared memory per CTA (sm_90)
 local GEMM_BM, GEMM_BK, GEMM_MAX_STAGES = 128, 64, 6
 local GEMM_TALL_ROWS = 512
+-- L2 hints (templates/grouped_gemm_sm90.cu.lt l2_policies), for the 50 MB
+-- L2 of an H100 / H200: the X (dY) tiles shared by the CTAs in flight are
+-- kept (evict_last) when they take at most GEMM_L2_KEEP bytes; both
+-- operands' shared sets fit together below GEMM_L2_FIT.
+local GEMM_L2_KEEP, GEMM_L2_FIT = 24 * 1024 * 1024, 32 * 1024 * 1024
 
 -- Shared memory of one GEMM kernel: per-expert tables (tile and row starts,
 -- E + 1 ints each, plus 32 ints of scan scratch), the barriers, 1 KiB to
@@ -283,6 +288,8 @@ local function gemm_plan()
     gemm1_tall = gemm_kernel_plan(2 * F, H, E, 256),
     gemm2_tall = gemm_kernel_plan(H, F, E, 256),
     tall_rows_per_expert = GEMM_TALL_ROWS,
+    l2_keep_bytes = GEMM_L2_KEEP,
+    l2_fit_bytes = GEMM_L2_FIT,
     gemm1_dgrad = gemm_bwd_kernel_plan(2 * F, H, E, 0),
     gemm2_dgrad = gemm_bwd_kernel_plan(H, F, E, 0),
     gemm1_wgrad = gemm_bwd_kernel_plan(2 * F, H, E, GEMM_DB_BYTES),
@@ -304,7 +311,11 @@ end
 --    at copy bandwidth, so 85% is 0.59 ms; unpermute the same bytes.
 --  * in flight: HBM latency ~0.8 us x 4.2 TB/s = 3.4 MB over 132 SMs =
 --    25 KB per SM. A copy group of 128 threads holds 7 vectors (112 B) per
---    thread: with >= 4 resident 256-thread blocks per SM that is >= 114 KB.
+--    thread: 14 KB per row; the rows kernel takes 159 registers, so one
+--    256-thread block (2 rows, 28 KB) per SM at a time. One group per token
+--    (no persistent loop) lets retiring and starting blocks overlap: 0.584
+--    -> 0.565 ms for the kernel (run 7; every copy variant tried, TMA bulk
+--    included, sat at 3.6-3.77 TB/s for this 1:8 read:write mix).
 --    The combine loads K = 8 vectors per thread per step (128 B).
 --  * the index phase reads T*K*4 = 512 KB of indices twice and writes the
 --    512 KB row map (+ 512 KB of probs): ~1.5 MB over >= 32 blocks, each

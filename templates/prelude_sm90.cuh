@@ -48,21 +48,47 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 __device__ __forceinline__ void tma_prefetch_map(const tensor_map_t *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
+// L2 eviction priority of a TMA load. L2_DEFAULT issues the load without a
+// hint: an explicit evict_normal policy measured slower than none (Mixtral
+// gemm2 at T = 16384: 7.3-8.1 ms against 6.6, bench/RESULTS.md run 7).
+enum L2Priority { L2_DEFAULT = 0, L2_FIRST = 1, L2_LAST = 2 };
+struct L2Hint {
+  u64 policy; // createpolicy value, when on
+  bool on;
+};
+__device__ __forceinline__ L2Hint l2_hint(int priority) {
+  L2Hint h = {0, priority != L2_DEFAULT};
+  if (priority == L2_LAST) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(h.policy));
+  else if (priority == L2_FIRST) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(h.policy));
+  return h;
+}
 // Box at coordinates (c0 innermost, c1) of a 2-D map into shared memory;
 // completes `bar`'s transaction bytes. Out-of-bounds elements read as zero.
 __device__ __forceinline__ void tma_load_2d(u32 dst, const tensor_map_t *map, u32 bar, int c0,
-                                            int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-               "l"(map), "r"(bar), "r"(c0), "r"(c1)
-               : "memory");
+                                            int c1, L2Hint h) {
+  if (h.on)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "l"(h.policy)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
 }
 __device__ __forceinline__ void tma_load_3d(u32 dst, const tensor_map_t *map, u32 bar, int c0,
-                                            int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
-               "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
+                                            int c1, int c2, L2Hint h) {
+  if (h.on)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "l"(h.policy)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
 }
 
 // ---------------------------------------------------------------- wgmma

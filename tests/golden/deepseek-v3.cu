@@ -1153,21 +1153,47 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 __device__ __forceinline__ void tma_prefetch_map(const tensor_map_t *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
+// L2 eviction priority of a TMA load. L2_DEFAULT issues the load without a
+// hint: an explicit evict_normal policy measured slower than none (Mixtral
+// gemm2 at T = 16384: 7.3-8.1 ms against 6.6, bench/RESULTS.md run 7).
+enum L2Priority { L2_DEFAULT = 0, L2_FIRST = 1, L2_LAST = 2 };
+struct L2Hint {
+  u64 policy; // createpolicy value, when on
+  bool on;
+};
+__device__ __forceinline__ L2Hint l2_hint(int priority) {
+  L2Hint h = {0, priority != L2_DEFAULT};
+  if (priority == L2_LAST) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(h.policy));
+  else if (priority == L2_FIRST) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(h.policy));
+  return h;
+}
 // Box at coordinates (c0 innermost, c1) of a 2-D map into shared memory;
 // completes `bar`'s transaction bytes. Out-of-bounds elements read as zero.
 __device__ __forceinline__ void tma_load_2d(u32 dst, const tensor_map_t *map, u32 bar, int c0,
-                                            int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-               "l"(map), "r"(bar), "r"(c0), "r"(c1)
-               : "memory");
+                                            int c1, L2Hint h) {
+  if (h.on)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "l"(h.policy)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
 }
 __device__ __forceinline__ void tma_load_3d(u32 dst, const tensor_map_t *map, u32 bar, int c0,
-                                            int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
-               "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
+                                            int c1, int c2, L2Hint h) {
+  if (h.on)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "l"(h.policy)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+                 "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
 }
 
 // ---------------------------------------------------------------- wgmma
@@ -1233,6 +1259,8 @@ constexpr int PRODUCER_REGS = 40;  // setmaxnreg: 128 * 40 + 256 * 232 = 64512 r
 constexpr int CONSUMER_REGS = 232;
 constexpr int RELEASES = 8;        // arrivals that free a stage: each consumer warp's lane 0
 constexpr int SCAN_WARPS = THREADS / 32;
+constexpr long long L2_KEEP = 25165824; // most bytes of A tiles kept in L2 (l2_policies)
+constexpr long long L2_FIT = 33554432;  // bytes of both operands' sets that stay in L2
 // Shared memory: tile starts ts[E + 1], row starts rs[E + 1], scan scratch,
 // then the barriers, then the 1024-aligned stages (plan.lua gemm_smem).
 constexpr int TABLE_BYTES = (8 * (E + 1) + 4 * 32 + 15) / 16 * 16;
@@ -1393,6 +1421,30 @@ __device__ __forceinline__ void build_tables(const int *counts, const int *offse
   }
 }
 
+// L2 priorities of a row-tiled kernel's two TMA operands: A the TBM-row
+// tiles (X or dY, R-deep), B the BN-column strips of W_e (R-deep). About
+// gridDim.x consecutive tiles run at once, M-tiles fastest within an expert
+// (decode), so they share wa = max(grid / CT, min(mt, grid)) + 2 row tiles
+// of A and wb = grid / mt + 2 strips of B (mt: mean M-tiles per expert,
+// rounded down; CT: column tiles). Without hints, the CTAs sharing an A
+// tile drift apart by more than the L2's lifetime and each reads it from
+// HBM (ncu, DeepSeek-V3 gemm1 at T = 16384: 68 GB read for 17 GB of
+// operands, L2 hit 41%). So A is loaded evict_last when its set fits
+// L2_KEEP; B then evict_first when at most two tiles share a strip and both
+// sets overflow L2_FIT (W only pushes X out), else without a hint.
+// Measured (bench/RESULTS.md run 7): DeepSeek-V3 gemm1 T = 16384 -14%;
+// W evict_first slowed Qwen3 gemm2 (mt = 2, sets 30 MB) and Mixtral (mt >=
+// 4), which run best without hints.
+template <int TBM, int BN, int R, int CT>
+__device__ __forceinline__ void l2_policies(const int *ts, L2Hint &pa, L2Hint &pb) {
+  const long long grid = gridDim.x, mt = max(1, ts[E] / E); // floor: 2.3 tiles share like 2
+  const long long wa = (max(grid / CT, min(mt, grid)) + 2) * TBM * R * 2;
+  const long long wb = (grid / mt + 2) * BN * R * 2;
+  const bool keep_a = wa <= L2_KEEP;
+  pa = l2_hint(keep_a ? L2_LAST : L2_DEFAULT);
+  pb = l2_hint(keep_a && mt <= 2 && wa + wb > L2_FIT ? L2_FIRST : L2_DEFAULT);
+}
+
 // The kernel body for one (N, K) specialization, tiles of TBM x BN.
 // Consumer c owns rows [c * TBM/2, (c+1) * TBM/2) of a tile as SUB m64
 // sub-blocks. A consumer whose rows all lie past the expert's end skips the
@@ -1436,6 +1488,8 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
   if (wg == 0) { // ---------------- producer: one thread issues every load
     setmaxnreg_dec<PRODUCER_REGS>();
     if (tid != 0) return;
+    L2Hint pa, pb;
+    l2_policies<TBM, BN, K, NT>(ts, pa, pb);
     int s = 0;
     u32 ph = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
@@ -1445,8 +1499,8 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
         const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
         mbar_wait(empty, ph ^ 1);
         mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
-        tma_load_2d(sa + s * A_BYTES, mx, full, kb * BK, xrow);
-        tma_load_3d(sb + s * B_BYTES, mw, full, kb * BK, tl.n0, tl.e);
+        tma_load_2d(sa + s * A_BYTES, mx, full, kb * BK, xrow, pa);
+        tma_load_3d(sb + s * B_BYTES, mw, full, kb * BK, tl.n0, tl.e, pb);
         if (++s == STAGES) s = 0, ph ^= 1;
       }
     }
@@ -1905,6 +1959,9 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   if (wg == 0) { // ---------------- producer: one thread issues every load
     setmaxnreg_dec<ggemm::PRODUCER_REGS>();
     if (tid != 0) return;
+    // WGRAD's tiles of one expert share both operands: no hint.
+    L2Hint pa = l2_hint(L2_DEFAULT), pb = pa;
+    if (MODE != WGRAD) ggemm::l2_policies<TBM, BN, R, CT>(ts, pa, pb);
     int s = 0;
     u32 ph = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
@@ -1918,10 +1975,10 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
           mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
 #pragma unroll
           for (int c = 0; c < 2; c++) // dY^T: columns m0 + 64c.. of dY, 64 rows
-            tma_load_2d(sa + s * A_BYTES + c * BOX_BYTES, ma, full, w.m0 + c * 64, row);
+            tma_load_2d(sa + s * A_BYTES + c * BOX_BYTES, ma, full, w.m0 + c * 64, row, pa);
 #pragma unroll
           for (int i = 0; i < BN / 64; i++) // X: columns n0 + 64i.., 64 rows
-            tma_load_2d(sb + s * B_BYTES + i * BOX_BYTES, mb, full, w.n0 + i * 64, row);
+            tma_load_2d(sb + s * B_BYTES + i * BOX_BYTES, mb, full, w.n0 + i * 64, row, pb);
           if (++s == STAGES) s = 0, ph ^= 1;
         }
       } else {
@@ -1932,14 +1989,14 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
           const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
           mbar_wait(empty, ph ^ 1);
           mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
-          tma_load_2d(sa + s * A_BYTES, ma, full, kb * BK, xrow);
+          tma_load_2d(sa + s * A_BYTES, ma, full, kb * BK, xrow, pa);
           if (MODE == DGRAD || MODE == DGLU) {
 #pragma unroll
             for (int i = 0; i < BN / 64; i++) // W_e rows kb*BK.. (of N), columns n0 + 64i.. (of K)
-              tma_load_3d(sb + s * B_BYTES + i * BOX_BYTES, mb, full, tl.n0 + i * 64, kb * BK, tl.e);
+              tma_load_3d(sb + s * B_BYTES + i * BOX_BYTES, mb, full, tl.n0 + i * 64, kb * BK, tl.e, pb);
           } else { // GLU: gate rows n0.. and up rows F + n0.. of W_e, K-major
-            tma_load_3d(sb + s * B_BYTES, mb, full, kb * BK, tl.n0, tl.e);
-            tma_load_3d(sb + s * B_BYTES + B_BYTES / 2, mb, full, kb * BK, F + tl.n0, tl.e);
+            tma_load_3d(sb + s * B_BYTES, mb, full, kb * BK, tl.n0, tl.e, pb);
+            tma_load_3d(sb + s * B_BYTES + B_BYTES / 2, mb, full, kb * BK, F + tl.n0, tl.e, pb);
           }
           if (++s == STAGES) s = 0, ph ^= 1;
         }
@@ -2797,9 +2854,10 @@ moegen_permute_rank(perm::RankArgs a, int T, int R, int align, int capacity) {
   }
 }
 
-// Grid: persistent, CTHREADS threads = CTPB groups of CG. A group reads a
-// token's row once (CITERS vectors per thread in flight) and writes it to
-// its K rows; then the zero units. nv: 16-byte vectors per row.
+// Grid: any (the host gives each group one unit), CTHREADS threads = CTPB
+// groups of CG. A group reads a token's row once (CITERS vectors per thread
+// in flight) and writes it to its K rows; then the zero units. nv: 16-byte
+// vectors per row.
 extern "C" __global__ void __launch_bounds__(perm::CTHREADS, 1)
 moegen_permute_rows(perm::RowsArgs a, int T, int R, int nv) {
   using namespace perm;
