@@ -190,6 +190,14 @@ int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt, con
   say(progress, "rendering %s for %s", opt->name, opt->arch);
   rc = moegen_render(cfg, opt, &src, err);
   if (rc) return rc;
+  /* Say what the module will lack: its ops fail at run time, not here. */
+  if (!src.gemm.supported)
+    say(progress, "note: no grouped GEMM kernels (they need --arch sm_90a and hidden, ffn "
+                  "multiples of 8): the GEMM and layer ops of %s return MOEGEN_ERR_NOT_SUPPORTED",
+        opt->name, "");
+  if (src.permute.experts <= 0)
+    say(progress, "note: no permute kernels (they need hidden %% 8 == 0): the permute and layer "
+                  "ops of %s return MOEGEN_ERR_NOT_SUPPORTED", opt->name, "");
   unit_bin bins[MOEGEN_UNIT_COUNT] = {{0}};
   for (int u = 0; !rc && opt->compile != MOEGEN_COMPILE_JIT && u < MOEGEN_UNIT_COUNT; u++) {
     if (!(src.units >> u & 1u)) continue;

@@ -75,3 +75,10 @@ moegen_cli_test(cli_config_generate_jit RC 0
   ERR "^moegen: "
   PRESENT ${MOEGEN_CLI_OUT}/jit/k2.cu ${MOEGEN_CLI_OUT}/jit/k2.h ${MOEGEN_CLI_OUT}/jit/k2.c
           ${MOEGEN_CLI_OUT}/jit/k2.json)
+# A module without the GEMM or permute kernels says so when it is generated.
+moegen_cli_test(cli_config_generate_notes RC 0
+  ARGS --preset mixtral-8x7b --set hidden=4100 --arch sm_80 --name n --out ${MOEGEN_CLI_OUT}/notes
+       --compile jit
+  ERR "\nmoegen: note: no grouped GEMM kernels \\(they need --arch sm_90a[^\n]*ops of n return MOEGEN_ERR_NOT_SUPPORTED\n"
+      "\nmoegen: note: no permute kernels [^\n]*ops of n return MOEGEN_ERR_NOT_SUPPORTED\n"
+  PRESENT ${MOEGEN_CLI_OUT}/notes/n.cu)
