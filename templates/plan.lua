@@ -200,6 +200,8 @@ end
 --    9.4 -> 8.6, dgrad 20.0 -> 17.7; Mixtral T = 4096 gemm1 3.81 -> 3.44;
 --    but Qwen3 T = 4096 (256 rows per expert) gemm2 0.287 -> 0.322 and
 --    Mixtral / Qwen3 T = 16384 within +-3%: the threshold is now 512.
+--    Run 7 corrected the diagnosis: the bigger re-read was X (68 GB read,
+--    the 32 CTAs sharing an X tile drift apart), fixed by the L2 hints below.
 local GEMM_SMEM_LIMIT = 232448 -- opt-in dynamic shared memory per CTA (sm_90)
 local GEMM_BM, GEMM_BK, GEMM_MAX_STAGES = 128, 64, 6
 local GEMM_TALL_ROWS = 512
