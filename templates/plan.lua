@@ -313,8 +313,8 @@ end
 --    at copy bandwidth, so 85% is 0.59 ms; unpermute the same bytes.
 --  * in flight: HBM latency ~0.8 us x 4.2 TB/s = 3.4 MB over 132 SMs =
 --    25 KB per SM. A copy group of 128 threads holds 7 vectors (112 B) per
---    thread: 14 KB per row; the rows kernel takes 159 registers, so one
---    256-thread block (2 rows, 28 KB) per SM at a time. One group per token
+--    thread: 14 KB per row; a microbenchmark copy of the rows kernel took
+--    159 registers, so one 256-thread block (2 rows, 28 KB) per SM at a time. One group per token
 --    (no persistent loop) lets retiring and starting blocks overlap: 0.584
 --    -> 0.565 ms for the kernel (run 7; every copy variant tried, TMA bulk
 --    included, sat at 3.6-3.77 TB/s for this 1:8 read:write mix).

@@ -1959,7 +1959,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   if (wg == 0) { // ---------------- producer: one thread issues every load
     setmaxnreg_dec<ggemm::PRODUCER_REGS>();
     if (tid != 0) return;
-    // WGRAD's tiles of one expert share both operands: no hint.
+    // WGRAD: hints not measured there (its tiles walk one expert at a time), so none.
     L2Hint pa = l2_hint(L2_DEFAULT), pb = pa;
     if (MODE != WGRAD) ggemm::l2_policies<TBM, BN, R, CT>(ts, pa, pb);
     int s = 0;
