@@ -127,11 +127,18 @@ static int write_json(FILE *f, const moegen_sources *src, const moegen_gen_optio
                                                  (int)bins[u].size)
                                      : json_object());
   }
-  const moegen_router_plan *r = &src->router;
-  json_t *kernel = json_pack("{s:s, s:i, s:i, s:i}", "name", "moegen_router_fwd", "threads",
-                             r->threads, "tokens_per_block", r->tokens_per_block, "smem_bytes",
-                             r->smem_bytes);
-  json_t *kernels = json_pack("[o]", kernel);
+  json_t *kernels = json_array();
+  const struct {
+    const char *name;
+    const moegen_router_plan *r;
+  } routers[] = {{"moegen_router_fwd", &src->router}, {"moegen_router_fwd_small", &src->router_small}};
+  for (size_t i = 0; i < sizeof routers / sizeof routers[0]; i++) {
+    const moegen_router_plan *r = routers[i].r;
+    if (r->experts > 0)
+      json_array_append_new(kernels, json_pack("{s:s, s:i, s:i, s:i}", "name", routers[i].name,
+                                               "threads", r->threads, "tokens_per_block",
+                                               r->tokens_per_block, "smem_bytes", r->smem_bytes));
+  }
   const moegen_gemm_plan *gp = &src->gemm;
   const struct {
     const char *name;

@@ -80,6 +80,7 @@ moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_modu
                             .source_size = strlen(j->source),
                             .source_path = "<jit>",
                             .router = src.router,
+                            .router_small = src.router_small,
                             .router_bwd = src.router_bwd,
                             .aux = src.aux,
                             .gemm = src.gemm,

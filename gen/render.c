@@ -115,9 +115,10 @@ static int read_fields(moegen_sandbox *sb, const char *table, const plan_field *
 #define READ_FIELDS(sb, table, fields, p, err) \
   read_fields(sb, table, fields, sizeof fields / sizeof fields[0], p, err)
 
-/* Reads plan.router into the runtime's plan struct. */
-static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, moegen_router_plan *p,
-                            moegen_error *err) {
+/* Reads plan.<table> ("router", "router_small") into the runtime's plan
+ * struct. */
+static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, const char *table,
+                            moegen_router_plan *p, moegen_error *err) {
   static const plan_field fields[] = {
       {"experts", offsetof(moegen_router_plan, experts)},
       {"topk", offsetof(moegen_router_plan, topk)},
@@ -129,7 +130,7 @@ static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, moegen
   memset(p, 0, sizeof *p);
   p->has_bias = cfg->expert_bias ? 1 : 0;
   p->qb = cfg->quantile_balancing ? 1 : 0;
-  return READ_FIELDS(sb, "router", fields, p, err);
+  return READ_FIELDS(sb, table, fields, p, err);
 }
 
 /* Reads plan.router_bwd into the runtime's plan struct. */
@@ -275,7 +276,8 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
   }
   if (!rc) rc = render_file(sb, "host.h.lt", &out->h, err);
   if (!rc) rc = render_file(sb, "host.c.lt", &out->c, err);
-  if (!rc) rc = read_router_plan(sb, cfg, &out->router, err);
+  if (!rc) rc = read_router_plan(sb, cfg, "router", &out->router, err);
+  if (!rc) rc = read_router_plan(sb, cfg, "router_small", &out->router_small, err);
   if (!rc) rc = read_router_bwd_plan(sb, &out->router_bwd, err);
   if (!rc) rc = read_aux_plan(sb, &out->aux, err);
   if (!rc) rc = read_gemm_plan(sb, &out->gemm, err);

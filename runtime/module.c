@@ -50,6 +50,7 @@ const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT] = {
     [MOEGEN_KERNEL_UNPERMUTE] = {"moegen_unpermute", MOEGEN_UNIT_PERMUTE},
     [MOEGEN_KERNEL_UNPERMUTE_BWD] = {"moegen_unpermute_bwd", MOEGEN_UNIT_PERMUTE},
     [MOEGEN_KERNEL_SORT_CHUNKS] = {"moegen_sort_chunks", MOEGEN_UNIT_PERMUTE},
+    [MOEGEN_KERNEL_ROUTER_FWD_SMALL] = {"moegen_router_fwd_small", MOEGEN_UNIT_ROUTER},
 };
 
 struct moegen_module {
@@ -429,9 +430,12 @@ const moegen_gemm_kernel_plan *moegen_gemm_plan_of(const moegen_gemm_plan *g, mo
 static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *threads,
                         unsigned *smem) {
   if (!(img->units >> moegen_kernels[id].unit & 1u)) return 0;
-  if (id == MOEGEN_KERNEL_ROUTER_FWD && img->router.experts > 0) {
-    *threads = (unsigned)img->router.threads;
-    *smem = (unsigned)img->router.smem_bytes;
+  const moegen_router_plan *r = id == MOEGEN_KERNEL_ROUTER_FWD         ? &img->router
+                               : id == MOEGEN_KERNEL_ROUTER_FWD_SMALL ? &img->router_small
+                                                                      : NULL;
+  if (r && r->experts > 0) {
+    *threads = (unsigned)r->threads;
+    *smem = (unsigned)r->smem_bytes;
     return 1;
   }
   if (id == MOEGEN_KERNEL_ROUTER_BWD && img->router_bwd.experts > 0) {

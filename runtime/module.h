@@ -33,6 +33,7 @@ typedef enum moegen_kernel_id {
   MOEGEN_KERNEL_UNPERMUTE,
   MOEGEN_KERNEL_UNPERMUTE_BWD,
   MOEGEN_KERNEL_SORT_CHUNKS,
+  MOEGEN_KERNEL_ROUTER_FWD_SMALL, /* templates/router.cu.lt, where plan.router_small has it */
   MOEGEN_KERNEL_COUNT
 } moegen_kernel_id;
 

@@ -101,12 +101,26 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   moegen_status st = check_args(m, a);
   if (st != MOEGEN_OK) return st;
-  const moegen_router_plan *p = &moegen_module_image(m)->router;
+  const moegen_image *img = moegen_module_image(m);
+  const moegen_router_plan *p = &img->router;
   CUfunction fn;
   moegen_device_info dev;
   st = moegen_module_kernel(m, MOEGEN_KERNEL_ROUTER_FWD, (unsigned)p->threads,
                             (unsigned)p->smem_bytes, &fn, &dev);
   if (st != MOEGEN_OK) return st;
+  /* Small T is one latency-bound chain per warp: the small-T kernel (more
+   * lanes per token, shorter chains) while each of its warps can have a
+   * scheduler of its own, 4 per SM. */
+  const moegen_router_plan *q = &img->router_small;
+  if (q->experts > 0) {
+    int64_t tokens_per_warp = q->tokens_per_block / (q->threads / 32);
+    if ((a->num_tokens + tokens_per_warp - 1) / tokens_per_warp <= 4 * (int64_t)dev.sm_count) {
+      p = q;
+      st = moegen_module_kernel(m, MOEGEN_KERNEL_ROUTER_FWD_SMALL, (unsigned)p->threads,
+                                (unsigned)p->smem_bytes, &fn, &dev);
+      if (st != MOEGEN_OK) return st;
+    }
+  }
   const moegen_driver *d = moegen_module_driver(m);
   CUresult r;
   if (a->expert_counts) {

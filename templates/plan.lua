@@ -36,9 +36,24 @@ local dtype_ctype = { fp32 = "float", bf16 = "bf16_t", fp16 = "fp16_t" }
 -- aligned segments of `seg` lanes, so a group's top-k is a segmented warp
 -- reduction. Target ~16 experts per lane: enough work per lane to amortize
 -- the shuffles, few enough registers to avoid spills.
-local TARGET_PER_LANE = 16
+--
+-- Small T (runtime/ops_router.c: while every warp of the small kernel fits
+-- on its own scheduler, 4 per SM) is latency-bound: one warp's chain per
+-- token. A second kernel, moegen_router_fwd_small, targets 4 experts per
+-- lane (32 lanes per token where E allows), so the list fill and the scores
+-- on the chain shrink. Static SASS (nvcc 13.0, sm_90a, router unit):
+-- DeepSeek-V3 16 -> 32 lanes: token loop 1367 -> 819 instructions, Qwen3 8 ->
+-- 32 lanes: 1410 -> 812. Predicted (ncu: 1490 instructions per warp
+-- iteration at ~5 cycles each for DeepSeek-V3 at T = 256): ~1000, kernel
+-- 5.66 -> ~4.4 us, bench 7.5 -> ~6.3 us. Cost: the router unit compiles
+-- both (nvcc 0.67 -> ~0.85 s for DeepSeek-V3). Measured (H200, run 10,
+-- kernel time at T = 256 under ncu, main -> small kernel): DeepSeek-V3 5.60
+-- -> 5.47 us, Qwen3 5.76 -> 5.06, gpt-oss 4.64 -> 4.19 (Mixtral 3.62, the
+-- floor of a kernel that does almost nothing, has one shape); with two
+-- winners per step (picks_per_step) 4.93, 4.83, 4.16.
+local TARGET_PER_LANE, TARGET_PER_LANE_SMALL = 16, 4
 
-local function router_plan()
+local function router_plan(target)
   local E, K = cfg.experts, cfg.topk
   local grouped = cfg.groups > 1 or cfg.group_topk > 1
   local ngroups = grouped and cfg.groups or 1
@@ -50,16 +65,17 @@ local function router_plan()
     end
     local slots = pow2_ceil(ngroups)
     seg = 1
-    while seg * 2 * slots <= 32 and gsize % (seg * 2) == 0 and gsize // (seg * 2) >= TARGET_PER_LANE do
+    while seg * 2 * slots <= 32 and gsize % (seg * 2) == 0 and gsize // (seg * 2) >= target do
       seg = seg * 2
     end
     lanes = slots * seg
     per_lane = gsize // seg
   else
-    lanes = math.max(1, math.min(32, pow2_floor(E // TARGET_PER_LANE)))
+    lanes = math.max(1, math.min(32, pow2_floor(E // target)))
     local align = pow2_dividing(16 // dtype_bytes[cfg.logits_dtype], E)
     per_lane = (E + lanes - 1) // lanes
     per_lane = (per_lane + align - 1) // align * align
+    lanes = math.min(lanes, pow2_ceil((E + per_lane - 1) // per_lane)) -- no lanes without experts
     seg = lanes
   end
   local esize = dtype_bytes[cfg.logits_dtype]
@@ -82,8 +98,6 @@ local function router_plan()
   --    29.2 -> ~22 us per call.
   --  * small T (runtime/ops_router.c): one-warp blocks over every SM, so no
   --    scheduler serves two token chains: T = 256 ~ -0.5 us of body.
-  --    Next (not done): two winners per pass (top-2 butterfly), which halves
-  --    the K pass chains (~8 x 190 cycles) at T = 256.
   local picks = cfg.quantile_balancing and K + 1 or K
   local group_need = grouped and math.min(K // cfg.group_topk, per_lane) or 1
   local depth = math.min(math.max(math.min(4, picks), group_need), per_lane)
@@ -99,6 +113,14 @@ local function router_plan()
     seg = seg,
     per_lane = per_lane,
     depth = depth,
+    -- winners per selection step: 2 (select_two, a top-2 butterfly: half
+    -- the steps of the dependent chain, ~1.6x the instructions of each) in
+    -- the latency-bound small-T kernel only. Measured (H200, bench/RESULTS.md
+    -- run 10): small kernel at T = 256, kernel time DeepSeek-V3 5.47 -> 4.93
+    -- us, Qwen3 5.06 -> 4.83; in the main kernel at T = 16384 it spilled
+    -- (64 registers) and was slower (DeepSeek-V3 23.9 -> 26.1 us per call,
+    -- Qwen3 15.2 -> 16.9).
+    picks_per_step = target == TARGET_PER_LANE_SMALL and 2 or 1,
     -- vector widths (elements) of each access; all divide E and per_lane
     logit_vec = pow2_dividing(16 // esize, E, per_lane),
     map_vec = pow2_dividing(16, E, per_lane),
@@ -106,8 +128,12 @@ local function router_plan()
     threads = threads,
     -- cap registers at 64 for 4 resident blocks (32 warps) where that was
     -- seen not to spill (<= 16 experts and at most one compact entry per
-    -- lane; sm_90a only: with depth-4 lists sm_80's code spilled 4 bytes)
-    min_blocks = (per_lane <= 16 and K <= lanes and opt.arch == "sm_90a") and 4 or 1,
+    -- lane; sm_90a only: with depth-4 lists sm_80's code spilled 4 bytes).
+    -- Not the small-T kernel: it runs at most 4 warps an SM
+    -- (runtime/ops_router.c), so it takes the registers it needs (Kimi-K2's
+    -- spilled at 64).
+    min_blocks = (target ~= TARGET_PER_LANE_SMALL and per_lane <= 16 and K <= lanes
+                  and opt.arch == "sm_90a") and 4 or 1,
     tokens_per_block = threads // 32 * (32 // lanes),
     smem_bytes = 4 * E, -- per-block expert histogram for the fused counts
     logits_type = dtype_ctype[cfg.logits_dtype],
@@ -391,4 +417,15 @@ local function permute_plan()
   }
 end
 
-return { router = router_plan(), router_bwd = router_bwd_plan(), aux = aux_plan(), gemm = gemm_plan(), permute = permute_plan() }
+-- The small-T kernel, or experts = 0 where it would be the same shape.
+local function router_small_plan(main)
+  local p = router_plan(TARGET_PER_LANE_SMALL)
+  if p.lanes == main.lanes then p.experts = 0 end
+  return p
+end
+
+local router_main = router_plan(TARGET_PER_LANE)
+return {
+  router = router_main, router_small = router_small_plan(router_main), router_bwd = router_bwd_plan(),
+  aux = aux_plan(), gemm = gemm_plan(), permute = permute_plan(),
+}

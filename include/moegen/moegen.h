@@ -38,6 +38,7 @@ typedef struct moegen_sources {
   char *c;                  /* the image definition of NAME.c (moegen_generate adds the data) */
   unsigned units;           /* bit u set: compile unit u (moegen_unit) holds kernels */
   moegen_router_plan router;
+  moegen_router_plan router_small; /* experts = 0: no small-T router kernel */
   moegen_router_bwd_plan router_bwd;
   moegen_aux_plan aux;
   moegen_gemm_plan gemm;

@@ -29,7 +29,7 @@ extern "C" {
 /* Same typedef as cuda.h / cuda_runtime.h (cudaStream_t is this type too). */
 typedef struct CUstream_st *CUstream;
 
-#define MOEGEN_RT_ABI_VERSION 3
+#define MOEGEN_RT_ABI_VERSION 4
 
 typedef enum moegen_status {
   MOEGEN_OK = 0,
@@ -159,6 +159,7 @@ typedef struct moegen_image {
   size_t source_size;
   const char *source_path;         /* where NAME.cu was written, or "<jit>" */
   moegen_router_plan router;
+  moegen_router_plan router_small; /* the small-T router kernel; experts = 0: none (same shape) */
   moegen_router_bwd_plan router_bwd;
   moegen_aux_plan aux;
   moegen_gemm_plan gemm;

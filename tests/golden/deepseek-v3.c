@@ -21,6 +21,16 @@ const moegen_image golden_image = {
     .has_bias = 1,
     .qb = 0,
   },
+  .router_small = {
+    .experts = 256,
+    .topk = 8,
+    .threads = 256,
+    .tokens_per_block = 8,
+    .smem_bytes = 1024,
+    .logits_dtype = 1,
+    .has_bias = 1,
+    .qb = 0,
+  },
   .router_bwd = {
     .experts = 256,
     .topk = 8,
