@@ -17,17 +17,22 @@ static moegen_status router_op(void *ctx, CUstream s) {
   return moegen_router_fwd(c->m, &c->a, s);
 }
 
-/* Routing map of the GPU equals the reference's (a check before timing). */
+/* Routing map of the GPU equals the reference's (a check before timing).
+ * Returns 1 if so; else 0 and, in why, the first differing entry. */
 static int check_router(const moegen_config *c, int T, const float *x, const float *bias,
-                        const uint8_t *dev_map) {
+                        const uint8_t *dev_map, char *why, size_t why_size) {
   size_t TE = (size_t)T * c->experts;
   uint8_t *want = malloc(TE + 1), *got = malloc(TE + 1);
   router_ref_fwd(c, T, x, bias, NULL, want, NULL, NULL, NULL, NULL);
   gpu_get(got, dev_map, TE);
-  int ok = memcmp(want, got, TE) == 0;
+  size_t i = 0;
+  while (i < TE && want[i] == got[i]) i++;
+  if (i < TE)
+    snprintf(why, why_size, "routing map differs from the CPU reference at token %zu, expert %zu: "
+             "%d, want %d (logit %.9g)", i / c->experts, i % c->experts, got[i], want[i], x[i]);
   free(want);
   free(got);
-  return ok;
+  return i == TE;
 }
 
 void bench_router(const bench_model *md, int T, void *flush) {
@@ -52,8 +57,11 @@ void bench_router(const bench_model *md, int T, void *flush) {
                                    .probs = probs, .routing_map = map};
   moegen_status st = router_op(&ctx, NULL);
   CU(gpu_drv->cuCtxSynchronize());
-  if (st != MOEGEN_OK || !check_router(&c, T, x, md->bias ? bias : NULL, map)) {
-    bench_error("router", md, T, "output differs from the CPU reference");
+  char why[192];
+  if (st != MOEGEN_OK) {
+    bench_error("router", md, T, moegen_status_string(st));
+  } else if (!check_router(&c, T, x, md->bias ? bias : NULL, map, why, sizeof why)) {
+    bench_error("router", md, T, why);
   } else {
     float ms = bench_time_op(router_op, &ctx, flush);
     double bytes = (double)TE * (2 + 2 + 1); /* read bf16 logits; write bf16 probs + map */
