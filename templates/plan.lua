@@ -211,7 +211,8 @@ end
 --  * BN is the candidate with the fewest padded columns (gpt-oss N = 2880 and
 --    5760 are multiples of 192, not 256); registers: 40 for the producer,
 --    232 for the consumers (128 * 40 + 256 * 232 = 64512 <= 65536).
---  * tall tiles (run 6, bench/RESULTS.md), 256 x 128: ncu on DeepSeek-V3
+--  * tall tiles (run 6, bench/RESULTS.md), 256 x 128 (gemm1: 256 x 192,
+--    gemm_bn): ncu on DeepSeek-V3
 --    gemm1 at T = 16384 (512 rows per expert) showed DRAM 88% busy, 82 GB
 --    moved for 17 GB of operands, L2 hit rate 33%: the 4-5 CTAs that read
 --    each weight tile drift apart by more than an L2 lifetime (50 MB at
@@ -245,13 +246,30 @@ local function gemm_smem(E, bn, stages, bm)
   return tables + 16 * stages + 1024 + stages * ((bm or GEMM_BM) + bn) * GEMM_BK * 2
 end
 
-local function gemm_kernel_plan(N, K, E, bm)
-  bm = bm or GEMM_BM
-  local bn, waste
-  for _, cand in ipairs(bm == 256 and { 128 } or { 256, 192, 128 }) do
-    local w = (N + cand - 1) // cand * cand - N
-    if not bn or w < waste then bn, waste = cand, w end
+-- The tile width of an N-column output: for 128-row tiles the candidate
+-- with the fewest padded columns. For gemm1's 256-row forward tiles
+-- (wide = true) the one with the fewest operand bytes per k step over the
+-- row's tiles, ceil(N / bn) * (bm + bn), of 192 (two m64n192 accumulators,
+-- 192 registers a consumer thread) and 128: ncu showed that kernel bound
+-- by L2 traffic (bench/RESULTS.md run 10), and 192 cuts those bytes by
+-- ~20%. Predicted: up to -20% if L2 traffic alone bound it. Measured
+-- (H200, run 11, T = 16384): gemm1 DeepSeek-V3 17.31 -> 16.50 ms, Mixtral
+-- 13.46 -> 12.86, gpt-oss and Qwen3 -1%. The other tall kernels keep 128: gemm2 with 192 was 1-3% slower for
+-- every model (Mixtral T = 4096 +5%: 704 tiles on 132 SMs, 5.3 waves), and
+-- the backward's accumulators stay at 128 registers.
+local function gemm_bn(N, bm, wide)
+  local bn, cost
+  for _, cand in ipairs(bm == 256 and (wide and { 192, 128 } or { 128 }) or { 256, 192, 128 }) do
+    local tiles = (N + cand - 1) // cand
+    local c = bm == 256 and tiles * (bm + cand) or tiles * cand - N
+    if not bn or c < cost then bn, cost = cand, c end
   end
+  return bn
+end
+
+local function gemm_kernel_plan(N, K, E, bm, wide)
+  bm = bm or GEMM_BM
+  local bn = gemm_bn(N, bm, wide)
   local stages = GEMM_MAX_STAGES
   while gemm_smem(E, bn, stages, bm) > GEMM_SMEM_LIMIT do stages = stages - 1 end
   return {
@@ -313,7 +331,7 @@ local function gemm_plan()
     supported = ok and 1 or 0,
     gemm1 = gemm_kernel_plan(2 * F, H, E),
     gemm2 = gemm_kernel_plan(H, F, E),
-    gemm1_tall = gemm_kernel_plan(2 * F, H, E, 256),
+    gemm1_tall = gemm_kernel_plan(2 * F, H, E, 256, true),
     gemm2_tall = gemm_kernel_plan(H, F, E, 256),
     tall_rows_per_expert = GEMM_TALL_ROWS,
     l2_keep_bytes = GEMM_L2_KEEP,

@@ -1851,7 +1851,7 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 // _tall kernels serve calls of at least 512 rows per expert):
 //   moegen_gemm1_fwd: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
 //   moegen_gemm2_fwd: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
-//   moegen_gemm1_fwd_tall: N = 4096, K = 7168, tile 256x128x64, 4 stages, 199888 B smem
+//   moegen_gemm1_fwd_tall: N = 4096, K = 7168, tile 256x192x64, 3 stages, 175296 B smem
 //   moegen_gemm2_fwd_tall: N = 7168, K = 2048, tile 256x128x64, 4 stages, 199888 B smem
 // A persistent CTA per SM walks the global tile index space (experts in
 // order; per expert N tiles, each of ceil(m_e / TBM) M tiles, M fastest);
@@ -1925,6 +1925,40 @@ template <> struct Wgmma<256> {
         , "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
         , "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
         , "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b), "r"(scale_d));
+  }
+};
+template <> struct Wgmma<192> {
+  static constexpr int REGS = 96;
+  __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, "
+        "%88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1, 0, 0; }\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        , "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        , "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+        , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        , "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+        , "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        , "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+        , "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(a), "l"(b), "r"(scale_d));
   }
 };
@@ -2068,7 +2102,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
   constexpr u32 A_BYTES = TBM * BK * 2, B_BYTES = BN * BK * 2;
   constexpr int BAR_BYTES = 16 * STAGES;
   static_assert(TBM == 128 || TBM == 256, "one or two m64 sub-blocks per consumer");
-  static_assert(BN % 64 == 0 && BN <= 256 && SUB * BN <= 256, "wgmma N, TMA box, accumulator registers");
+  static_assert(BN % 64 == 0 && BN <= 256 && SUB * BN <= 384, "wgmma N, TMA box, accumulators (<= 192 registers a thread)");
   static_assert(N % 8 == 0 && K % 8 == 0, "16-byte rows (TMA strides, paired stores)");
   static_assert(SMEM_BYTES == TABLE_BYTES + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES),
                 "plan.lua gemm_smem");
@@ -2203,10 +2237,10 @@ moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [12
 // N = 4096, K = 7168, 256-row tiles.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [256, BK], 128B swizzle
-                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 128, BK], 128B swizzle
+                 const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 192, BK], 128B swizzle
                  bf16_t *y, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  ggemm::grouped_gemm<4096, 7168, 256, 128, 4, 199888>(&mx, &mw, y, counts, offsets,
+  ggemm::grouped_gemm<4096, 7168, 256, 192, 3, 175296>(&mx, &mw, y, counts, offsets,
                                                                    max_rows, smem);
 }
 
