@@ -13,4 +13,9 @@ static inline int moegen_gemm_tall(const moegen_image *img, int64_t max_rows) {
          max_rows >= (int64_t)img->gemm.tall_rows_per_expert * img->gemm.experts;
 }
 
+/* Rows of one TMA box of a row tile's A operand (x, dy): the tall kernels
+ * load two a k step, one where the tile's second half lies past its
+ * expert's end (templates/grouped_gemm_sm90.cu.lt load_a, ggemm::BM). */
+#define MOEGEN_GEMM_A_BOX_ROWS 128u
+
 #endif

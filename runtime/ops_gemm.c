@@ -73,7 +73,7 @@ moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, C
   const unsigned long long E = (unsigned long long)img->gemm.experts;
   const unsigned long long N = (unsigned long long)p->n, K = (unsigned long long)p->k;
   CUtensorMap mx, mw;
-  st = moegen_tma_2d(m, &mx, a->x, a->max_rows, (long long)K, (unsigned)p->bm, (unsigned)p->bk,
+  st = moegen_tma_2d(m, &mx, a->x, a->max_rows, (long long)K, MOEGEN_GEMM_A_BOX_ROWS, (unsigned)p->bk,
                      "gemm_fwd: cuTensorMapEncodeTiled(x)");
   if (st == MOEGEN_OK)
     st = moegen_tma_3d(m, &mw, a->w, (long long)E, (long long)N, (long long)K, (unsigned)p->bn,

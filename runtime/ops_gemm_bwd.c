@@ -5,7 +5,7 @@
  * The kernels (templates/grouped_gemm_bwd_sm90.cu.lt) load every operand
  * with TMA, 128-byte swizzle. K-major operands (the reduction contiguous:
  * dy and x as the A operand of dgrad / glu, w in glu) use a box of [rows,
- * 64]; MN-major operands (the output dimension contiguous: w in dgrad, dy
+ * 64] (A: MOEGEN_GEMM_A_BOX_ROWS rows); MN-major operands (the output dimension contiguous: w in dgrad, dy
  * and x in wgrad) use boxes of [64 reduction lines, 64 columns]. The maps
  * are encoded on the host for every call (no GPU work) and passed by value. */
 #include <limits.h>
@@ -107,7 +107,7 @@ moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *
   if ((st = check_ptrs(m, "gemm_dgrad", ptrs, 3)) != MOEGEN_OK) return st;
   const long long E = img->gemm.experts, N = p->n, K = p->k;
   CUtensorMap mdy, mw;
-  st = moegen_tma_2d(m, &mdy, a->dy, a->max_rows, N, (unsigned)p->bm, (unsigned)p->bk,
+  st = moegen_tma_2d(m, &mdy, a->dy, a->max_rows, N, MOEGEN_GEMM_A_BOX_ROWS, (unsigned)p->bk,
                  "gemm_dgrad: cuTensorMapEncodeTiled(dy)");
   if (st == MOEGEN_OK)
     st = moegen_tma_3d(m, &mw, a->w, E, N, K, (unsigned)p->bk, 64, "gemm_dgrad: cuTensorMapEncodeTiled(w)");
@@ -174,7 +174,7 @@ moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args 
                               "gemm1_fwd_glu: h must be 16-byte, bias and prob 4-byte aligned");
   const long long E = img->gemm.experts, N = p->n, K = p->k;
   CUtensorMap mx, mw;
-  st = moegen_tma_2d(m, &mx, a->x, a->max_rows, K, (unsigned)p->bm, (unsigned)p->bk,
+  st = moegen_tma_2d(m, &mx, a->x, a->max_rows, K, MOEGEN_GEMM_A_BOX_ROWS, (unsigned)p->bk,
                  "gemm1_fwd_glu: cuTensorMapEncodeTiled(x)");
   if (st == MOEGEN_OK)
     st = moegen_tma_3d(m, &mw, a->w, E, N, K, (unsigned)p->bn / 2, (unsigned)p->bk,
@@ -207,7 +207,7 @@ moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_ar
                               "gemm2_dgrad_glu: prob and dprob must be 4-byte aligned");
   const long long E = img->gemm.experts, N = p->n, K = p->k;
   CUtensorMap mdy, mw;
-  st = moegen_tma_2d(m, &mdy, a->dy, a->max_rows, N, (unsigned)p->bm, (unsigned)p->bk,
+  st = moegen_tma_2d(m, &mdy, a->dy, a->max_rows, N, MOEGEN_GEMM_A_BOX_ROWS, (unsigned)p->bk,
                  "gemm2_dgrad_glu: cuTensorMapEncodeTiled(dy)");
   if (st == MOEGEN_OK)
     st = moegen_tma_3d(m, &mw, a->w, E, N, K, (unsigned)p->bk, 64,

@@ -1859,7 +1859,7 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 // of rows [0, TBM/2) and [TBM/2, TBM) of a tile, in m64 sub-blocks.
 namespace ggemm {
 constexpr int E = 256;   // experts
-constexpr int BM = 128;  // default tile rows (two consumers of 64); wgrad's dW row tile
+constexpr int BM = 128;  // default tile rows (two consumers of 64); wgrad's dW row tile; A box rows
 constexpr int BK = 64;   // tile depth: 64 bf16 = one 128-byte swizzle row
 constexpr int THREADS = 384;
 constexpr int CONSUMER_ROWS = 64;  // rows of one wgmma (m64)
@@ -2087,6 +2087,21 @@ __device__ __forceinline__ void l2_policies(const int *ts, L2Hint &pa, L2Hint &p
   pb = l2_hint(keep_a && mt <= 2 && wa + wb > L2_FIT ? L2_FIRST : L2_DEFAULT);
 }
 
+// Arms `full` for one k step of a row tile and loads its A operand (X, dY)
+// at column k in BM-row boxes (the runtime's maps: MOEGEN_GEMM_A_BOX_ROWS),
+// only those that hold rows of the tile's expert: a tall tile whose second
+// half lies past the expert's end (that half's consumer skips its MMAs)
+// reads half the A bytes. b_bytes: the B bytes the caller then loads.
+template <int TBM>
+__device__ __forceinline__ void load_a(u32 dst, const tensor_map_t *m, u32 full, u32 b_bytes,
+                                       const Tile &tl, int k, L2Hint h) {
+  constexpr u32 BOX_BYTES = BM * BK * 2;
+  const int boxes = TBM > BM && tl.rows - tl.m0 <= BM ? 1 : TBM / BM;
+  mbar_arrive_expect_tx(full, boxes * BOX_BYTES + b_bytes);
+  for (int i = 0; i < boxes; i++)
+    tma_load_2d(dst + i * BOX_BYTES, m, full, k, tl.row0 + tl.m0 + i * BM, h);
+}
+
 // The kernel body for one (N, K) specialization, tiles of TBM x BN.
 // Consumer c owns rows [c * TBM/2, (c+1) * TBM/2) of a tile as SUB m64
 // sub-blocks. A consumer whose rows all lie past the expert's end skips the
@@ -2136,12 +2151,10 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     u32 ph = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
-      const int xrow = tl.row0 + tl.m0; // rows past the expert belong to the next one: loaded, not stored
-      for (int kb = 0; kb < KT; kb++) {
+      for (int kb = 0; kb < KT; kb++) { // rows past the expert belong to the next one: loaded, not stored
         const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
         mbar_wait(empty, ph ^ 1);
-        mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
-        tma_load_2d(sa + s * A_BYTES, mx, full, kb * BK, xrow, pa);
+        load_a<TBM>(sa + s * A_BYTES, mx, full, B_BYTES, tl, kb * BK, pa);
         tma_load_3d(sb + s * B_BYTES, mw, full, kb * BK, tl.n0, tl.e, pb);
         if (++s == STAGES) s = 0, ph ^= 1;
       }
@@ -2626,12 +2639,10 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
       } else {
         constexpr int TW = MODE == GLU ? BN / 2 : BN; // output columns per tile
         const ggemm::Tile tl = ggemm::decode<CT, TW, TBM>(t, ts, rs);
-        const int xrow = tl.row0 + tl.m0; // rows past the expert: loaded, not stored
-        for (int kb = 0; kb < KT; kb++) {
+        for (int kb = 0; kb < KT; kb++) { // rows past the expert: loaded, not stored
           const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
           mbar_wait(empty, ph ^ 1);
-          mbar_arrive_expect_tx(full, A_BYTES + B_BYTES);
-          tma_load_2d(sa + s * A_BYTES, ma, full, kb * BK, xrow, pa);
+          ggemm::load_a<TBM>(sa + s * A_BYTES, ma, full, B_BYTES, tl, kb * BK, pa);
           if (MODE == DGRAD || MODE == DGLU) {
 #pragma unroll
             for (int i = 0; i < BN / 64; i++) // W_e rows kb*BK.. (of N), columns n0 + 64i.. (of K)

@@ -467,8 +467,8 @@ int main(void) {
   /* Tall tiles (max_rows >= 512 * E): an empty expert, 511 rows (a second
    * tile of 255: the second consumer's second m64 half partly past the
    * end), 1025 rows (a fifth tile of one row), N and K not tile multiples. */
-  const int32_t ct[3] = {1025, 0, 511};
-  case_counts("E=3 tall tiles, N,K not tile multiples", 3, 520, 200, ct, ALL);
+  const int32_t ct[4] = {1025, 0, 511, 640}; /* as test_gemm.c's tall case */
+  case_counts("E=4 tall tiles, N,K not tile multiples", 4, 520, 200, ct, ALL);
   int32_t c130[130], c256[256], c8[8];
   random_counts(c130, 130, 40);
   case_counts("E=130 random counts", 130, 256, 128, c130, ALL);
