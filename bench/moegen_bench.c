@@ -3,10 +3,12 @@
  * ({"stage", "peer": "moegen", "model", "tokens", "ms", "gbps", ...}), so
  * shared/peers/compare.py can put it beside the PyTorch peers.
  *
- * Method (same as peers.py's triton do_bench): per call, flush L2 by
- * writing a 256 MiB buffer, time the call alone with events, take the median
- * of 200 calls after 20 warm-ups. Each configuration is checked against
- * the CPU reference before it is timed.
+ * Method (as peers.py's triton do_bench): per call, flush L2 by writing a
+ * 256 MiB buffer, time the call alone with events, take the median of 200
+ * calls after 20 warm-ups -- of fewer (as many as take BUDGET_MS, at least
+ * MIN_REPS) where a call is longer than 10 ms: do_bench times for 200 ms.
+ * Each configuration is checked against the CPU reference before it is
+ * timed.
  *
  * Usage: moegen-bench [--models a,b] [--tokens 256,4096,16384] [--stages router,...]
  */
@@ -42,6 +44,8 @@ static const struct {
 
 #define REPS 200
 #define WARMUP 20
+#define BUDGET_MS 2000.0f /* timed calls of one configuration, at most (but MIN_REPS) */
+#define MIN_REPS 20
 
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
@@ -51,8 +55,17 @@ static int cmp_float(const void *a, const void *b) {
 float bench_time_op(bench_op_fn op, void *ctx, void *flush) {
   CUevent ev[2 * REPS];
   for (int i = 0; i < 2 * REPS; i++) CU(gpu_drv->cuEventCreate(&ev[i], 0));
-  for (int i = 0; i < WARMUP; i++) op(ctx, NULL);
-  for (int i = 0; i < REPS; i++) {
+  for (int i = 0; i < WARMUP; i++) { /* the last one timed: how many calls fit BUDGET_MS */
+    if (i == WARMUP - 1) CU(gpu_drv->cuEventRecord(ev[0], NULL));
+    op(ctx, NULL);
+  }
+  CU(gpu_drv->cuEventRecord(ev[1], NULL));
+  CU(gpu_drv->cuEventSynchronize(ev[1]));
+  float one;
+  CU(gpu_drv->cuEventElapsedTime(&one, ev[0], ev[1]));
+  int reps = one * REPS <= BUDGET_MS ? REPS : (int)(BUDGET_MS / one);
+  if (reps < MIN_REPS) reps = MIN_REPS;
+  for (int i = 0; i < reps; i++) {
     CU(gpu_drv->cuMemsetD8Async((CUdeviceptr)(uintptr_t)flush, (unsigned char)i, BENCH_FLUSH_BYTES,
                                 NULL));
     CU(gpu_drv->cuEventRecord(ev[2 * i], NULL));
@@ -61,10 +74,10 @@ float bench_time_op(bench_op_fn op, void *ctx, void *flush) {
   }
   CU(gpu_drv->cuCtxSynchronize());
   float ms[REPS];
-  for (int i = 0; i < REPS; i++) CU(gpu_drv->cuEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (int i = 0; i < reps; i++) CU(gpu_drv->cuEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
   for (int i = 0; i < 2 * REPS; i++) gpu_drv->cuEventDestroy(ev[i]);
-  qsort(ms, REPS, sizeof ms[0], cmp_float);
-  return ms[REPS / 2];
+  qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+  return ms[reps / 2];
 }
 
 moegen_config bench_config_of(const bench_model *md) {

@@ -97,8 +97,11 @@ static int check(const moegen_config *c, int T, const layer_ctx *x, const float 
   router_ref_fwd(c, n, ls, x->f.expert_bias ? bias : NULL, NULL, NULL, idx, NULL, NULL, NULL);
   size_t n1 = (size_t)2 * F * H, n2 = (size_t)H * F; /* per expert */
   float *w1 = calloc((size_t)E * n1, 4), *w2 = calloc((size_t)E * n2, 4);
+  unsigned char filled[MOEGEN_MAX_EXPERTS] = {0}; /* each routed expert once: tokens share them */
   for (int r = 0; r < n * K; r++) {
     size_t e = (size_t)idx[r];
+    if (filled[e]) continue;
+    filled[e] = 1;
     fill_host(w1, e * n1, n1, 1.7f / sqrtf((float)H), SEED_W1);
     fill_host(w2, e * n2, n2, 1.7f / sqrtf((float)F), SEED_W2);
   }
