@@ -6,7 +6,9 @@
  * Method (as peers.py's triton do_bench): per call, flush L2 by writing a
  * 256 MiB buffer, time the call alone with events, take the median of 200
  * calls after 20 warm-ups -- of fewer (as many as take BUDGET_MS, at least
- * MIN_REPS) where a call is longer than 10 ms: do_bench times for 200 ms.
+ * MIN_REPS) where a call is longer than 10 ms: peers.py's do_bench times
+ * for 200 ms. The budget counts the calls as the last warm-up took (warm
+ * L2), not the flushes between them.
  * Each configuration is checked against the CPU reference before it is
  * timed.
  *

@@ -219,7 +219,8 @@ end
 --    4.2 TB/s = 12 us) and each fetches it from HBM. A 256-row tile reads
 --    each weight tile for twice the rows inside one CTA: weight traffic
 --    x4.5 -> x2.5 of the 15 GB; same smem bytes per step (A 32 + B 16 KiB),
---    each consumer runs two m64n128 wgmmas per k16 (128 accumulators).
+--    each consumer runs two m64n128 wgmmas per k16 (128 accumulators;
+--    gemm1's 256 x 192: B 24 KiB, m64n192, 192 accumulators).
 --    A call takes the tall kernels only with max_rows >= GEMM_TALL_ROWS * E
 --    (below 256 rows per expert the second consumer would idle).
 --    Predicted: DeepSeek-V3 gemm1 T = 16384 21.6 -> ~15 ms. Measured (run
@@ -254,9 +255,10 @@ end
 -- by L2 traffic (bench/RESULTS.md run 10), and 192 cuts those bytes by
 -- ~20%. Predicted: up to -20% if L2 traffic alone bound it. Measured
 -- (H200, run 11, T = 16384): gemm1 DeepSeek-V3 17.31 -> 16.50 ms, Mixtral
--- 13.46 -> 12.86, gpt-oss and Qwen3 -1%. The other tall kernels keep 128: gemm2 with 192 was 1-3% slower for
--- every model (Mixtral T = 4096 +5%: 704 tiles on 132 SMs, 5.3 waves), and
--- the backward's accumulators stay at 128 registers.
+-- 13.46 -> 12.86, gpt-oss and Qwen3 -1%. The other tall kernels keep 128:
+-- gemm2 with 192 was 1-3% slower at T = 16384 for DeepSeek-V3, gpt-oss and
+-- Qwen3 (Mixtral -0.1%) and 5% slower for Mixtral at T = 4096 (704 tiles on
+-- 132 SMs: 5.3 waves); the backward's accumulators stay at 128 registers.
 local function gemm_bn(N, bm, wide)
   local bn, cost
   for _, cand in ipairs(bm == 256 and (wide and { 192, 128 } or { 128 }) or { 256, 192, 128 }) do

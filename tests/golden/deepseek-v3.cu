@@ -2092,9 +2092,13 @@ __device__ __forceinline__ void l2_policies(const int *ts, L2Hint &pa, L2Hint &p
 // only those that hold rows of the tile's expert: a tall tile whose second
 // half lies past the expert's end (that half's consumer skips its MMAs)
 // reads half the A bytes. b_bytes: the B bytes the caller then loads.
+// The host encodes the A maps with MOEGEN_GEMM_A_BOX_ROWS (runtime/
+// gemm_tiles.h) rows, which must equal BM.
 template <int TBM>
 __device__ __forceinline__ void load_a(u32 dst, const tensor_map_t *m, u32 full, u32 b_bytes,
                                        const Tile &tl, int k, L2Hint h) {
+  static_assert(TBM == BM || TBM == 2 * BM,
+                "one or two boxes; one exactly when the second consumer (rows BM..) skips its MMAs");
   constexpr u32 BOX_BYTES = BM * BK * 2;
   const int boxes = TBM > BM && tl.rows - tl.m0 <= BM ? 1 : TBM / BM;
   mbar_arrive_expect_tx(full, boxes * BOX_BYTES + b_bytes);
@@ -2151,7 +2155,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     u32 ph = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
-      for (int kb = 0; kb < KT; kb++) { // rows past the expert belong to the next one: loaded, not stored
+      for (int kb = 0; kb < KT; kb++) { // rows of a loaded box past the expert: loaded, not stored
         const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
         mbar_wait(empty, ph ^ 1);
         load_a<TBM>(sa + s * A_BYTES, mx, full, B_BYTES, tl, kb * BK, pa);
@@ -2249,7 +2253,7 @@ moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [12
 
 // N = 4096, K = 7168, 256-row tiles.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm1_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [256, BK], 128B swizzle
+moegen_gemm1_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 192, BK], 128B swizzle
                  bf16_t *y, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
@@ -2259,7 +2263,7 @@ moegen_gemm1_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] bo
 
 // N = 7168, K = 2048, 256-row tiles.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [256, BK], 128B swizzle
+moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 128, BK], 128B swizzle
                  bf16_t *y, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
@@ -2639,7 +2643,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
       } else {
         constexpr int TW = MODE == GLU ? BN / 2 : BN; // output columns per tile
         const ggemm::Tile tl = ggemm::decode<CT, TW, TBM>(t, ts, rs);
-        for (int kb = 0; kb < KT; kb++) { // rows past the expert: loaded, not stored
+        for (int kb = 0; kb < KT; kb++) { // rows of a loaded box past the expert: loaded, not stored
           const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
           mbar_wait(empty, ph ^ 1);
           ggemm::load_a<TBM>(sa + s * A_BYTES, ma, full, B_BYTES, tl, kb * BK, pa);
@@ -2990,7 +2994,7 @@ moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // dgrad of the forward with N = 4096, K = 7168: dx [rows, K] = dy [rows, N] W_e.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [256, BK], 128B swizzle
+moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
@@ -3002,7 +3006,7 @@ moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // dgrad of the forward with N = 7168, K = 2048: dx [rows, K] = dy [rows, N] W_e.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [256, BK], 128B swizzle
+moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
@@ -3014,7 +3018,7 @@ moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // gemm2 dgrad (N = 7168, K = 2048) + SwiGLU backward: dh [rows, 2K] from dact = dy W_e.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [256, BK], 128B swizzle
+moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                        const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                        bf16_t *dh, const bf16_t *h, const float *prob, float *dprob,
                        const int *counts, const int *offsets, int max_rows) {
@@ -3027,7 +3031,7 @@ moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [row
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3
 // gemm1 forward with the SwiGLU epilogue: N = 4096 (gate, up), K = 7168.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
-moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [256, BK], 128B swizzle
+moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                      const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN/2, BK], 128B swizzle
                      bf16_t *act, bf16_t *h, const bf16_t *bias, const float *prob,
                      const int *counts, const int *offsets, int max_rows) {
