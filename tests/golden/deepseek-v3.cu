@@ -545,7 +545,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
       if constexpr (STEP == 2) select_two(c, r, base, lane, wv2, we2, mine2, pos2);
       else select_one(c, r, base, lane, wv2[0], we2[0], mine2[0], pos2[0]);
 #pragma unroll 1
-      for (int h = 0; h < STEP; h++) { // one copy of the bookkeeping (unrolled, two spilled)
+      for (int h = 0; h < STEP; h++) { // not unrolled: two copies of the bookkeeping spilled
         const int k = k0 + h;
         const float wv = h ? wv2[1] : wv2[0];
         const int we = h ? we2[1] : we2[0];
@@ -554,7 +554,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
         if (k >= PICKS) break;
         if (QB && k == K) { // ties at the cutoff rank by id, so this pick is the largest-id tie
           cutoff = wv;
-          break;
+          break; // k = K is the last pick (PICKS = K + 1): the outer loop ends too
         }
         if (mine) sel |= (mask_t)1 << pos;
         if (mine && live && want_counts && we < E) atomicAdd(&hist[we], 1);
@@ -1081,7 +1081,7 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
       if constexpr (STEP == 2) select_two(c, r, base, lane, wv2, we2, mine2, pos2);
       else select_one(c, r, base, lane, wv2[0], we2[0], mine2[0], pos2[0]);
 #pragma unroll 1
-      for (int h = 0; h < STEP; h++) { // one copy of the bookkeeping (unrolled, two spilled)
+      for (int h = 0; h < STEP; h++) { // not unrolled: two copies of the bookkeeping spilled
         const int k = k0 + h;
         const float wv = h ? wv2[1] : wv2[0];
         const int we = h ? we2[1] : we2[0];
@@ -1090,7 +1090,7 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
         if (k >= PICKS) break;
         if (QB && k == K) { // ties at the cutoff rank by id, so this pick is the largest-id tie
           cutoff = wv;
-          break;
+          break; // k = K is the last pick (PICKS = K + 1): the outer loop ends too
         }
         if (mine) sel |= (mask_t)1 << pos;
         if (mine && live && want_counts && we < E) atomicAdd(&hist[we], 1);
