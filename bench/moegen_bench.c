@@ -13,6 +13,9 @@
  * timed.
  *
  * Usage: moegen-bench [--models a,b] [--tokens 256,4096,16384] [--stages router,...]
+ *                     [--arch sm_XY]
+ * --arch renders the modules for that arch instead of the device's own
+ * (sm_90 on an H200 times the portable mma.sync GEMM).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -112,11 +115,13 @@ void bench_result(const char *stage, const bench_model *md, int T, float ms, con
   fflush(stdout);
 }
 
+static const char *bench_arch; /* --arch, or NULL: the device's */
+
 moegen_module *bench_module(const bench_model *md, const char *stage, int T) {
   moegen_config c = bench_config_of(md);
   moegen_error err = {0};
   moegen_module *m = NULL;
-  moegen_status st = moegen_jit(&c, NULL, &m, &err);
+  moegen_status st = moegen_jit(&c, bench_arch, &m, &err);
   if (st == MOEGEN_OK) st = moegen_module_load(m);
   if (st != MOEGEN_OK) {
     bench_error(stage, md, T, moegen_status_string(st));
@@ -140,11 +145,12 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--models") && i + 1 < argc) model_list = argv[++i];
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) token_list = argv[++i];
     else if (!strcmp(argv[i], "--stages") && i + 1 < argc) stage_list = argv[++i];
+    else if (!strcmp(argv[i], "--arch") && i + 1 < argc) bench_arch = argv[++i];
     else {
       fprintf(stderr, "usage: moegen-bench [--models a,b] [--tokens 256,4096] [--stages");
       for (size_t s = 0; s < sizeof stages / sizeof stages[0]; s++)
         fprintf(stderr, "%s%s", s ? "," : " ", stages[s].name);
-      fprintf(stderr, "]\n");
+      fprintf(stderr, "] [--arch sm_XY]\n");
       return 64;
     }
   }

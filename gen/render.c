@@ -28,6 +28,7 @@ static const struct {
     {"aux_loss.cu.lt", MOEGEN_UNIT_ROUTER_TRAIN, 0},
     {"grouped_gemm_sm90.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN},
     {"grouped_gemm_bwd_sm90.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN}, /* uses ggemm:: */
+    {"grouped_gemm_mma.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN}, /* every other arch */
     {"permute.cu.lt", MOEGEN_UNIT_PERMUTE, 0},
 };
 
@@ -189,6 +190,7 @@ static int read_gemm_plan(moegen_sandbox *sb, moegen_gemm_plan *p, moegen_error 
   static const plan_field top[] = {
       {"experts", offsetof(moegen_gemm_plan, experts)},
       {"supported", offsetof(moegen_gemm_plan, supported)},
+      {"portable", offsetof(moegen_gemm_plan, portable)},
       {"tall_rows_per_expert", offsetof(moegen_gemm_plan, tall_rows_per_expert)},
   };
   static const plan_field fields[] = {

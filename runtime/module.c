@@ -456,7 +456,7 @@ static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *
     return 1;
   }
   const moegen_gemm_kernel_plan *g = img->gemm.supported ? moegen_gemm_plan_of(&img->gemm, id) : NULL;
-  if (g) {
+  if (g && g->threads > 0) { /* threads = 0: a kernel the module lacks (the portable tall tiles) */
     *threads = (unsigned)g->threads;
     *smem = (unsigned)g->smem_bytes;
     return 1;

@@ -1,9 +1,11 @@
 /* runtime/ops_gemm.c -- the grouped GEMM forward op: shape function and launch.
  *
- * The kernel (templates/grouped_gemm_sm90.cu.lt) loads X and W tiles with
- * TMA; their descriptors are encoded here on the host for every call (a
- * pure host computation, no GPU work) and passed by value as kernel
- * parameters, so a captured graph keeps the pointers it was captured with. */
+ * The sm_90a kernel (templates/grouped_gemm_sm90.cu.lt) loads X and W
+ * tiles with TMA; their descriptors are encoded here on the host for every
+ * call (a pure host computation, no GPU work) and passed by value as kernel
+ * parameters, so a captured graph keeps the pointers it was captured with.
+ * The portable kernel (templates/grouped_gemm_mma.cu.lt, every other arch)
+ * takes the pointers in their place (runtime/tma.h). */
 #include <limits.h>
 #include <string.h>
 
@@ -44,7 +46,7 @@ static moegen_status check_args(moegen_module *m, const moegen_gemm_fwd_args *a)
   if (!img->gemm.supported)
     return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
                               "gemm_fwd: module %s (%s) has no grouped GEMM kernels (they need "
-                              "sm_90a and hidden, ffn multiples of 8)", img->name, img->arch);
+                              "sm_80 or later and hidden, ffn multiples of 8)", img->name, img->arch);
   if (a->max_rows < 0 || a->max_rows > INT32_MAX)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "gemm_fwd: max_rows = %lld is outside [0, INT32_MAX]",
@@ -72,12 +74,13 @@ moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, C
   const moegen_gemm_kernel_plan *p = moegen_gemm_plan_of(&img->gemm, id);
   const unsigned long long E = (unsigned long long)img->gemm.experts;
   const unsigned long long N = (unsigned long long)p->n, K = (unsigned long long)p->k;
-  CUtensorMap mx, mw;
-  st = moegen_tma_2d(m, &mx, a->x, a->max_rows, (long long)K, MOEGEN_GEMM_A_BOX_ROWS, (unsigned)p->bk,
-                     "gemm_fwd: cuTensorMapEncodeTiled(x)");
+  moegen_gemm_operand mx, mw;
+  st = moegen_gemm_operand_2d(m, &mx, a->x, a->max_rows, (long long)K, MOEGEN_GEMM_A_BOX_ROWS,
+                              (unsigned)p->bk, "gemm_fwd: cuTensorMapEncodeTiled(x)");
   if (st == MOEGEN_OK)
-    st = moegen_tma_3d(m, &mw, a->w, (long long)E, (long long)N, (long long)K, (unsigned)p->bn,
-                       (unsigned)p->bk, "gemm_fwd: cuTensorMapEncodeTiled(w)");
+    st = moegen_gemm_operand_3d(m, &mw, a->w, (long long)E, (long long)N, (long long)K,
+                                (unsigned)p->bn, (unsigned)p->bk,
+                                "gemm_fwd: cuTensorMapEncodeTiled(w)");
   if (st != MOEGEN_OK) return st;
 
   CUfunction fn;
@@ -91,7 +94,8 @@ moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, C
   int max_rows = (int)a->max_rows;
   void *y = a->y;
   const int32_t *counts = a->counts, *offsets = a->offsets;
-  void *params[] = {&mx, &mw, &y, &counts, &offsets, &max_rows};
+  void *params[] = {moegen_gemm_operand_param(m, &mx), moegen_gemm_operand_param(m, &mw),
+                    &y, &counts, &offsets, &max_rows};
   CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, (unsigned)grid, 1, 1, (unsigned)p->threads,
                                                        1, 1, (unsigned)p->smem_bytes, stream, params,
                                                        NULL);

@@ -2,12 +2,15 @@
  * gemm1 forward with the SwiGLU epilogue and gemm2's dgrad with the SwiGLU
  * backward epilogue: shape function and launches.
  *
- * The kernels (templates/grouped_gemm_bwd_sm90.cu.lt) load every operand
- * with TMA, 128-byte swizzle. K-major operands (the reduction contiguous:
- * dy and x as the A operand of dgrad / glu, w in glu) use a box of [rows,
- * 64] (A: MOEGEN_GEMM_A_BOX_ROWS rows); MN-major operands (the output dimension contiguous: w in dgrad, dy
- * and x in wgrad) use boxes of [64 reduction lines, 64 columns]. The maps
- * are encoded on the host for every call (no GPU work) and passed by value. */
+ * The sm_90a kernels (templates/grouped_gemm_bwd_sm90.cu.lt) load every
+ * operand with TMA, 128-byte swizzle. K-major operands (the reduction
+ * contiguous: dy and x as the A operand of dgrad / glu, w in glu) use a box
+ * of [rows, 64] (A: MOEGEN_GEMM_A_BOX_ROWS rows); MN-major operands (the
+ * output dimension contiguous: w in dgrad, dy and x in wgrad) use boxes of
+ * [64 reduction lines, 64 columns]. The maps are encoded on the host for
+ * every call (no GPU work) and passed by value. The portable kernels
+ * (templates/grouped_gemm_mma.cu.lt) take the pointers instead
+ * (runtime/tma.h). */
 #include <limits.h>
 #include <string.h>
 
@@ -49,7 +52,7 @@ static moegen_status check_common(moegen_module *m, const char *what, int64_t ma
   if (!img->gemm.supported)
     return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
                               "%s: module %s (%s) has no grouped GEMM kernels (they need "
-                              "sm_90a and hidden, ffn multiples of 8)", what, img->name, img->arch);
+                              "sm_80 or later and hidden, ffn multiples of 8)", what, img->name, img->arch);
   if (max_rows < 0 || max_rows > INT32_MAX)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: max_rows = %lld is outside [0, INT32_MAX]", what,
@@ -106,17 +109,19 @@ moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *
   const void *ptrs[] = {a->dy, a->w, a->dx};
   if ((st = check_ptrs(m, "gemm_dgrad", ptrs, 3)) != MOEGEN_OK) return st;
   const long long E = img->gemm.experts, N = p->n, K = p->k;
-  CUtensorMap mdy, mw;
-  st = moegen_tma_2d(m, &mdy, a->dy, a->max_rows, N, MOEGEN_GEMM_A_BOX_ROWS, (unsigned)p->bk,
-                 "gemm_dgrad: cuTensorMapEncodeTiled(dy)");
+  moegen_gemm_operand mdy, mw;
+  st = moegen_gemm_operand_2d(m, &mdy, a->dy, a->max_rows, N, MOEGEN_GEMM_A_BOX_ROWS,
+                              (unsigned)p->bk, "gemm_dgrad: cuTensorMapEncodeTiled(dy)");
   if (st == MOEGEN_OK)
-    st = moegen_tma_3d(m, &mw, a->w, E, N, K, (unsigned)p->bk, 64, "gemm_dgrad: cuTensorMapEncodeTiled(w)");
+    st = moegen_gemm_operand_3d(m, &mw, a->w, E, N, K, (unsigned)p->bk, 64,
+                                "gemm_dgrad: cuTensorMapEncodeTiled(w)");
   if (st != MOEGEN_OK) return st;
   long long max_tiles = ((a->max_rows + p->bm - 1) / p->bm + E) * ((K + p->bn - 1) / p->bn);
   int max_rows = (int)a->max_rows;
   void *dx = a->dx;
   const int32_t *counts = a->counts, *offsets = a->offsets;
-  void *params[] = {&mdy, &mw, &dx, &counts, &offsets, &max_rows};
+  void *params[] = {moegen_gemm_operand_param(m, &mdy), moegen_gemm_operand_param(m, &mw),
+                    &dx, &counts, &offsets, &max_rows};
   return launch(m, id, p, max_tiles, params, stream, "gemm_dgrad: cuLaunchKernel");
 }
 
@@ -143,17 +148,20 @@ moegen_status moegen_gemm_wgrad(moegen_module *m, const moegen_gemm_wgrad_args *
   /* With max_rows = 0 every expert is empty: the kernel loads nothing and
    * writes zeros, the maps only need a valid (1-row) shape. */
   const long long rows = a->max_rows > 0 ? a->max_rows : 1;
-  CUtensorMap mdy, mx;
-  st = moegen_tma_2d(m, &mdy, a->dy, rows, N, (unsigned)p->bk, 64, "gemm_wgrad: cuTensorMapEncodeTiled(dy)");
+  moegen_gemm_operand mdy, mx;
+  st = moegen_gemm_operand_2d(m, &mdy, a->dy, rows, N, (unsigned)p->bk, 64,
+                              "gemm_wgrad: cuTensorMapEncodeTiled(dy)");
   if (st == MOEGEN_OK)
-    st = moegen_tma_2d(m, &mx, a->x, rows, K, (unsigned)p->bk, 64, "gemm_wgrad: cuTensorMapEncodeTiled(x)");
+    st = moegen_gemm_operand_2d(m, &mx, a->x, rows, K, (unsigned)p->bk, 64,
+                                "gemm_wgrad: cuTensorMapEncodeTiled(x)");
   if (st != MOEGEN_OK) return st;
   long long max_tiles = E * ((N + p->bm - 1) / p->bm) * ((K + p->bn - 1) / p->bn);
   int max_rows = (int)a->max_rows, accumulate = a->accumulate;
   void *dw = a->dw;
   float *db = a->db;
   const int32_t *counts = a->counts, *offsets = a->offsets;
-  void *params[] = {&mdy, &mx, &dw, &db, &counts, &offsets, &max_rows, &accumulate};
+  void *params[] = {moegen_gemm_operand_param(m, &mdy), moegen_gemm_operand_param(m, &mx),
+                    &dw, &db, &counts, &offsets, &max_rows, &accumulate};
   return launch(m, a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_WGRAD : MOEGEN_KERNEL_GEMM2_WGRAD,
                 p, max_tiles, params, stream, "gemm_wgrad: cuLaunchKernel");
 }
@@ -173,12 +181,12 @@ moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args 
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "gemm1_fwd_glu: h must be 16-byte, bias and prob 4-byte aligned");
   const long long E = img->gemm.experts, N = p->n, K = p->k;
-  CUtensorMap mx, mw;
-  st = moegen_tma_2d(m, &mx, a->x, a->max_rows, K, MOEGEN_GEMM_A_BOX_ROWS, (unsigned)p->bk,
-                 "gemm1_fwd_glu: cuTensorMapEncodeTiled(x)");
+  moegen_gemm_operand mx, mw;
+  st = moegen_gemm_operand_2d(m, &mx, a->x, a->max_rows, K, MOEGEN_GEMM_A_BOX_ROWS, (unsigned)p->bk,
+                              "gemm1_fwd_glu: cuTensorMapEncodeTiled(x)");
   if (st == MOEGEN_OK)
-    st = moegen_tma_3d(m, &mw, a->w, E, N, K, (unsigned)p->bn / 2, (unsigned)p->bk,
-                   "gemm1_fwd_glu: cuTensorMapEncodeTiled(w)");
+    st = moegen_gemm_operand_3d(m, &mw, a->w, E, N, K, (unsigned)p->bn / 2, (unsigned)p->bk,
+                                "gemm1_fwd_glu: cuTensorMapEncodeTiled(w)");
   if (st != MOEGEN_OK) return st;
   const long long half = p->bn / 2;
   long long max_tiles = ((a->max_rows + p->bm - 1) / p->bm + E) * ((N / 2 + half - 1) / half);
@@ -187,7 +195,8 @@ moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args 
   const void *bias = a->bias;
   const float *prob = a->prob;
   const int32_t *counts = a->counts, *offsets = a->offsets;
-  void *params[] = {&mx, &mw, &act, &h, &bias, &prob, &counts, &offsets, &max_rows};
+  void *params[] = {moegen_gemm_operand_param(m, &mx), moegen_gemm_operand_param(m, &mw),
+                    &act, &h, &bias, &prob, &counts, &offsets, &max_rows};
   return launch(m, id, p, max_tiles, params, stream, "gemm1_fwd_glu: cuLaunchKernel");
 }
 
@@ -206,12 +215,12 @@ moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_ar
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "gemm2_dgrad_glu: prob and dprob must be 4-byte aligned");
   const long long E = img->gemm.experts, N = p->n, K = p->k;
-  CUtensorMap mdy, mw;
-  st = moegen_tma_2d(m, &mdy, a->dy, a->max_rows, N, MOEGEN_GEMM_A_BOX_ROWS, (unsigned)p->bk,
-                 "gemm2_dgrad_glu: cuTensorMapEncodeTiled(dy)");
+  moegen_gemm_operand mdy, mw;
+  st = moegen_gemm_operand_2d(m, &mdy, a->dy, a->max_rows, N, MOEGEN_GEMM_A_BOX_ROWS,
+                              (unsigned)p->bk, "gemm2_dgrad_glu: cuTensorMapEncodeTiled(dy)");
   if (st == MOEGEN_OK)
-    st = moegen_tma_3d(m, &mw, a->w, E, N, K, (unsigned)p->bk, 64,
-                   "gemm2_dgrad_glu: cuTensorMapEncodeTiled(w)");
+    st = moegen_gemm_operand_3d(m, &mw, a->w, E, N, K, (unsigned)p->bk, 64,
+                                "gemm2_dgrad_glu: cuTensorMapEncodeTiled(w)");
   if (st != MOEGEN_OK) return st;
   long long max_tiles = ((a->max_rows + p->bm - 1) / p->bm + E) * ((K + p->bn - 1) / p->bn);
   int max_rows = (int)a->max_rows;
@@ -220,6 +229,7 @@ moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_ar
   const float *prob = a->prob;
   float *dprob = a->dprob;
   const int32_t *counts = a->counts, *offsets = a->offsets;
-  void *params[] = {&mdy, &mw, &dh, &h, &prob, &dprob, &counts, &offsets, &max_rows};
+  void *params[] = {moegen_gemm_operand_param(m, &mdy), moegen_gemm_operand_param(m, &mw),
+                    &dh, &h, &prob, &dprob, &counts, &offsets, &max_rows};
   return launch(m, id, p, max_tiles, params, stream, "gemm2_dgrad_glu: cuLaunchKernel");
 }

@@ -106,7 +106,7 @@ static moegen_status check_layer(moegen_module *m, const char *what, int64_t T, 
   if (st != MOEGEN_OK)
     return moegen_module_fail(m, st,
                               "%s: module %s (%s) lacks the grouped GEMM or permute kernels (they "
-                              "need sm_90a and hidden, ffn multiples of 8)", what, img->name,
+                              "need sm_80 or later and hidden, ffn multiples of 8)", what, img->name,
                               img->arch);
   if (!saved || saved_bytes < L->saved_bytes || ((uintptr_t)saved % ALIGN))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,

@@ -1,4 +1,4 @@
-/* runtime/tma.c -- TMA descriptors (see tma.h). */
+/* runtime/tma.c -- GEMM operands: TMA descriptors or pointers (see tma.h). */
 #include "tma.h"
 
 /* Encodes a bf16 tensor map with the 128-byte swizzle. */
@@ -13,21 +13,32 @@ static moegen_status encode(moegen_module *m, CUtensorMap *map, const void *base
   return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
 }
 
-moegen_status moegen_tma_2d(moegen_module *m, CUtensorMap *map, const void *base, long long rows,
-                            long long cols, unsigned box_rows, unsigned box_cols, const char *what) {
+static int portable(moegen_module *m) { return moegen_module_image(m)->gemm.portable; }
+
+moegen_status moegen_gemm_operand_2d(moegen_module *m, moegen_gemm_operand *op, const void *base,
+                                     long long rows, long long cols, unsigned box_rows,
+                                     unsigned box_cols, const char *what) {
+  op->ptr = base;
+  if (portable(m)) return MOEGEN_OK;
   const unsigned long long dims[2] = {(unsigned long long)cols, (unsigned long long)rows};
   const unsigned long long strides[1] = {2ull * (unsigned long long)cols};
   const unsigned box[2] = {box_cols, box_rows};
-  return encode(m, map, base, 2, dims, strides, box, what);
+  return encode(m, &op->map, base, 2, dims, strides, box, what);
 }
 
-moegen_status moegen_tma_3d(moegen_module *m, CUtensorMap *map, const void *base, long long E,
-                            long long rows, long long cols, unsigned box_rows, unsigned box_cols,
-                            const char *what) {
+moegen_status moegen_gemm_operand_3d(moegen_module *m, moegen_gemm_operand *op, const void *base,
+                                     long long E, long long rows, long long cols,
+                                     unsigned box_rows, unsigned box_cols, const char *what) {
+  op->ptr = base;
+  if (portable(m)) return MOEGEN_OK;
   const unsigned long long dims[3] = {(unsigned long long)cols, (unsigned long long)rows,
                                       (unsigned long long)E};
   const unsigned long long strides[2] = {2ull * (unsigned long long)cols,
                                          2ull * (unsigned long long)(cols * rows)};
   const unsigned box[3] = {box_cols, box_rows, 1};
-  return encode(m, map, base, 3, dims, strides, box, what);
+  return encode(m, &op->map, base, 3, dims, strides, box, what);
+}
+
+void *moegen_gemm_operand_param(moegen_module *m, moegen_gemm_operand *op) {
+  return portable(m) ? (void *)&op->ptr : (void *)&op->map;
 }

@@ -323,14 +323,93 @@ local function gemm_glu_kernel_plan(F, H, E, bm)
   return p
 end
 
+-- The portable grouped GEMM (templates/grouped_gemm_mma.cu.lt) for every
+-- arch from sm_80 on that is not sm_90a (A100, L40S, plain sm_90, sm_100):
+-- mma.sync m16n8k16 bf16 and cp.async, no TMA or wgmma. 256 threads (8
+-- warps of 64 x bn / 4), tiles of 128 rows x bn columns x 32, MMA_STAGES
+-- cp.async stages of (128 + bn) * 64 bytes.
+--  * bn = 256 (64 x 64 warp tiles) unless 128 pads fewer output columns
+--    (gpt-oss's 2880): per k16 a warp then reads 4 KiB of fragments for 32
+--    MMAs, against 3 KiB for 16 with 64 x 32 warp tiles, 1.5x less
+--    shared-memory traffic a FLOP. Measured (H200, bench/RESULTS.md run
+--    12, as sm_90): 128 x 128 tiles ran at 160-210 TFLOP/s, ~40% of the
+--    mma.sync rate.
+--  * registers: 128 accumulators + 20 fragment registers a thread with bn
+--    = 256: one CTA (8 warps) an SM; bn = 128: 64 + 12, two CTAs (cap 128).
+--  * napkin math (A100: 108 SMs, 312 TFLOP/s bf16 = 2.9 TFLOP/s an SM): a
+--    k32 step of a 128 x 256 tile is 2.1 MFLOP, 0.72 us at an SM's peak,
+--    fed by 24 KiB (34 GB/s an SM, 3.7 TB/s from L2 over 108 SMs); 4
+--    stages keep ~2 us of loads in flight.
+--  * no tall tiles (tall_rows_per_expert = 0).
+local MMA_BM, MMA_BK, MMA_MAX_STAGES, MMA_THREADS = 128, 32, 4, 256
+local MMA_DB_BYTES = 512 -- wgrad: the bias-grad partial sums of 128 columns
+-- Opt-in shared memory per CTA: 99 KiB on sm_86 / sm_89 / sm_120 (and as a
+-- default), 163 KiB on sm_80 / sm_87, 227 KiB on sm_90 / sm_100.
+local function mma_smem_limit(sm)
+  if sm == 80 or sm == 87 then return 166912 end
+  if sm == 90 or sm == 100 or sm == 103 then return 232448 end
+  return 101376
+end
+
+-- C output columns, tiles of tw(bn) columns: the bn of the fewest padded ones (256 on ties).
+local function mma_bn(C, tw)
+  local best, waste
+  for _, bn in ipairs({ 256, 128 }) do
+    local w = (C + tw(bn) - 1) // tw(bn) * tw(bn) - C
+    if not best or w < waste then best, waste = bn, w end
+  end
+  return best
+end
+
+local function mma_kernel_plan(N, K, E, sm, C, glu, extra)
+  local tables = (8 * (E + 1) + 4 * 32 + 15) // 16 * 16
+  local bn = mma_bn(C, function(b) return glu and b // 2 or b end)
+  local function smem(st) return tables + (extra or 0) + st * (MMA_BM + bn) * MMA_BK * 2 end
+  local stages = MMA_MAX_STAGES
+  while stages > 2 and smem(stages) > mma_smem_limit(sm) do stages = stages - 1 end
+  return {
+    n = N, k = K,
+    bm = MMA_BM, bn = bn, bk = MMA_BK,
+    stages = stages,
+    threads = MMA_THREADS,
+    smem_bytes = smem(stages),
+  }
+end
+
+-- A kernel the module does not have (the portable path's tall tiles).
+local NO_KERNEL = { n = 0, k = 0, bm = 0, bn = 0, bk = 0, stages = 0, threads = 0, smem_bytes = 0 }
+
 local function gemm_plan()
   local E, H, F = cfg.experts, cfg.hidden, cfg.ffn
   -- TMA needs 16-byte row strides (K % 8) and the epilogue stores column
-  -- pairs of 16-byte aligned rows (N % 8).
-  local ok = opt.arch == "sm_90a" and H % 8 == 0 and F % 8 == 0
+  -- pairs of 16-byte aligned rows (N % 8); cp.async moves 16-byte chunks.
+  local sm = tonumber(opt.arch:match("^sm_(%d+)")) or 0
+  local shapes_ok = H % 8 == 0 and F % 8 == 0
+  if shapes_ok and opt.arch ~= "sm_90a" and sm >= 80 then
+    return {
+      experts = E,
+      supported = 1,
+      portable = 1,
+      gemm1 = mma_kernel_plan(2 * F, H, E, sm, 2 * F),
+      gemm2 = mma_kernel_plan(H, F, E, sm, H),
+      gemm1_tall = NO_KERNEL,
+      gemm2_tall = NO_KERNEL,
+      tall_rows_per_expert = 0,
+      gemm1_dgrad = mma_kernel_plan(2 * F, H, E, sm, H),
+      gemm2_dgrad = mma_kernel_plan(H, F, E, sm, F),
+      gemm1_wgrad = mma_kernel_plan(2 * F, H, E, sm, H, false, MMA_DB_BYTES),
+      gemm2_wgrad = mma_kernel_plan(H, F, E, sm, F, false, MMA_DB_BYTES),
+      gemm1_glu = mma_kernel_plan(2 * F, H, E, sm, F, true),
+      gemm1_dgrad_tall = NO_KERNEL,
+      gemm2_dgrad_tall = NO_KERNEL,
+      gemm1_glu_tall = NO_KERNEL,
+    }
+  end
+  local ok = opt.arch == "sm_90a" and shapes_ok
   return {
     experts = E,
     supported = ok and 1 or 0,
+    portable = 0,
     gemm1 = gemm_kernel_plan(2 * F, H, E),
     gemm2 = gemm_kernel_plan(H, F, E),
     gemm1_tall = gemm_kernel_plan(2 * F, H, E, 256, true),

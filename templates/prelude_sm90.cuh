@@ -8,13 +8,6 @@
 // passed by value as a __grid_constant__ parameter (TMA reads it in place).
 struct __align__(64) tensor_map_t { u64 opaque[16]; };
 
-// Shared-window address of a generic pointer to shared memory.
-__device__ __forceinline__ u32 smem_addr(const void *p) {
-  u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
-
 // ---------------------------------------------------------------- mbarrier
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -120,13 +113,6 @@ template <int R> __device__ __forceinline__ void setmaxnreg_dec() {
 }
 template <int R> __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
-}
-
-// Two floats as packed bf16 (lo at the lower address).
-__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 #endif // MOEGEN_PRELUDE_SM90

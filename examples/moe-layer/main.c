@@ -8,7 +8,7 @@
  * usage: moegen-moe-layer [PRESET [TOKENS [ITERS]]]
  *        (defaults qwen3-30b-a3b, 512, 20)
  * Exit status: 0 ok, 1 an error or a failed check, 77 no usable GPU (the
- * layer needs an sm_90a device). */
+ * layer needs an sm_80 or later device). */
 #include <math.h>
 
 #include "example.h"
@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
   moegen_layer_shape sh;
   st = moegen_layer_shape_of(moegen_module_image(m), T, &sh);
   if (st == MOEGEN_ERR_NOT_SUPPORTED) {
-    printf("SKIP: the layer needs the grouped GEMM (sm_90a); this device is %s\n",
+    printf("SKIP: the layer needs the grouped GEMM (sm_80 or later); this device is %s\n",
            moegen_module_image(m)->arch);
     return EXAMPLE_SKIP;
   }

@@ -29,7 +29,7 @@ extern "C" {
 /* Same typedef as cuda.h / cuda_runtime.h (cudaStream_t is this type too). */
 typedef struct CUstream_st *CUstream;
 
-#define MOEGEN_RT_ABI_VERSION 4
+#define MOEGEN_RT_ABI_VERSION 5
 
 typedef enum moegen_status {
   MOEGEN_OK = 0,
@@ -98,7 +98,9 @@ typedef struct moegen_gemm_kernel_plan {
  * is [rows, F] x [E, H, F]^T. */
 typedef struct moegen_gemm_plan {
   int experts;      /* E */
-  int supported;    /* 1 if the module holds the kernels (sm_90a, H and F multiples of 8) */
+  int supported;    /* 1 if the module holds the kernels (sm_80 or later, H and F multiples of 8) */
+  int portable;     /* 1: the portable mma.sync kernels (every arch but sm_90a: no TMA, no tall
+                     * tiles, tall_rows_per_expert = 0); 0: sm_90a's TMA + wgmma kernels */
   moegen_gemm_kernel_plan gemm1, gemm2;
   /* The forwards with tall tiles (bm = 256: each weight tile serves twice the
    * rows), used by every row-tiled op (all but wgrad) for calls with
@@ -425,7 +427,7 @@ typedef enum moegen_gemm_id {
 
 /* Shapes and workspace of moegen_gemm_fwd for at most max_rows rows. Pure:
  * touches no GPU, needs no driver. NOT_SUPPORTED if the module has no GEMM
- * kernels (arch other than sm_90a, or H or F not a multiple of 8). */
+ * kernels (an arch before sm_80, or H or F not a multiple of 8). */
 typedef struct moegen_gemm_fwd_shape {
   int64_t x[2];           /* [max_rows, K]  bf16 */
   int64_t w[3];           /* [E, N, K]      bf16 */

@@ -51,6 +51,7 @@ const moegen_image golden_image = {
   .gemm = {
     .experts = 256,
     .supported = 1,
+    .portable = 0,
     .tall_rows_per_expert = 512,
     .gemm1 = {.n = 4096, .k = 7168, .bm = 128, .bn = 256, .bk = 64,
               .stages = 4, .threads = 384, .smem_bytes = 199888},

@@ -1721,13 +1721,6 @@ moegen_aux_loss_bwd(aux::LossArgs a) {
 // passed by value as a __grid_constant__ parameter (TMA reads it in place).
 struct __align__(64) tensor_map_t { u64 opaque[16]; };
 
-// Shared-window address of a generic pointer to shared memory.
-__device__ __forceinline__ u32 smem_addr(const void *p) {
-  u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
-
 // ---------------------------------------------------------------- mbarrier
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -1835,13 +1828,6 @@ template <int R> __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
 }
 
-// Two floats as packed bf16 (lo at the lower address).
-__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 #endif // MOEGEN_PRELUDE_SM90
 // ---------------------------------------------------------------- grouped GEMM forward (sm_90a)
 // Y_e = X_e W_e^T for every expert e (SPEC.md 5): X [rows, K] bf16 row-major,
@@ -1859,6 +1845,331 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 // of rows [0, TBM/2) and [TBM/2, TBM) of a tile, in m64 sub-blocks.
 namespace ggemm {
 constexpr int E = 256;   // experts
+}
+// moegen grouped GEMM, the parts every GEMM kernel shares whatever its
+// matrix instructions (the sm_90a wgmma kernels and the portable mma.sync
+// ones): the expert tile tables and their decoding, and the epilogues that
+// store an accumulator strip. The including template defines ggemm::E (the
+// experts) first. No toolkit headers.
+#ifndef MOEGEN_GEMM_COMMON
+#define MOEGEN_GEMM_COMMON
+
+// Shared-window address of a generic pointer to shared memory.
+__device__ __forceinline__ u32 smem_addr(const void *p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Two floats as packed bf16 (lo at the lower address).
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+namespace ggemm {
+// Shared memory of the tables: tile starts ts[E + 1], row starts rs[E + 1],
+// then 32 ints of scan scratch.
+constexpr int TABLE_BYTES = (8 * (E + 1) + 4 * 32 + 15) / 16 * 16;
+static_assert(E >= 1 && E <= 2048, "experts");
+
+struct __align__(8) f32x2 { float x, y; };
+struct __align__(8) u32x2 { u32 x, y; };
+__device__ __forceinline__ float bf16_lo(u32 v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
+__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+
+// One tile of a row-tiled index space.
+struct Tile {
+  int e;    // expert
+  int row0; // first row of expert e in X and Y
+  int rows; // m_e
+  int m0;   // first row of the tile within the expert
+  int n0;   // first column
+};
+
+// Tile t of the space whose expert e spans tiles [ts[e] * NT, ts[e+1] * NT),
+// tiles of TBM rows and BN columns: experts in order, then N tiles, then M
+// tiles (M fastest, so CTAs that run together share a weight tile).
+template <int NT, int BN, int TBM>
+__device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
+  const int q = t / NT; // M-tile index over all experts
+  int lo = 0, hi = E - 1; // last e with ts[e] <= q: the one with tiles (ts[e+1] > q)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (ts[mid] <= q) lo = mid;
+    else hi = mid - 1;
+  }
+  const int mt = ts[lo + 1] - ts[lo], local = t - ts[lo] * NT;
+  const int n = local / mt;
+  Tile tl;
+  tl.e = lo;
+  tl.row0 = rs[lo];
+  tl.rows = rs[lo + 1] - rs[lo];
+  tl.m0 = (local - n * mt) * TBM;
+  tl.n0 = n * BN;
+  return tl;
+}
+
+// rs[0..E] (row starts: offsets as given, else the exclusive prefix of the
+// counts) and ts[0..E] (exclusive prefix of ceil(m_e / TBM)); every one of
+// the block's THREADS threads calls it (one __syncthreads inside).
+template <int THREADS, int TBM>
+__device__ __forceinline__ void build_tables(const int *counts, const int *offsets, int *ts, int *rs,
+                                             int *scratch) {
+  constexpr int PER = (E + THREADS - 1) / THREADS;
+  static_assert(THREADS % 32 == 0 && THREADS / 32 <= 16, "scan scratch: 16 warps");
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, e0 = tid * PER;
+  int m[PER], rows = 0, tiles = 0;
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    const int e = e0 + i;
+    int v = 0;
+    if (e < E) v = offsets ? offsets[e + 1] - offsets[e] : counts[e];
+    m[i] = v > 0 ? v : 0;
+    rows += m[i];
+    tiles += (m[i] + TBM - 1) / TBM;
+  }
+  int rin = rows, tin = tiles; // inclusive warp scans
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int r = __shfl_up_sync(MOEGEN_FULL_MASK, rin, o), t = __shfl_up_sync(MOEGEN_FULL_MASK, tin, o);
+    if (lane >= o) rin += r, tin += t;
+  }
+  if (lane == 31) scratch[warp] = rin, scratch[16 + warp] = tin;
+  __syncthreads();
+  int rbase = rin - rows, tbase = tin - tiles;
+  for (int w = 0; w < warp; w++) rbase += scratch[w], tbase += scratch[16 + w];
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    const int e = e0 + i;
+    if (e < E) {
+      ts[e] = tbase;
+      rs[e] = offsets ? offsets[e] : rbase;
+    }
+    rbase += m[i];
+    tbase += (m[i] + TBM - 1) / TBM;
+  }
+  if (tid == THREADS - 1) { // its bases are now the totals
+    ts[E] = tbase;
+    rs[E] = offsets ? offsets[E] : rbase;
+  }
+}
+
+// One wgrad tile: expert e, dW rows m0.. (of N, tiles of WBM), columns n0..
+// (of K, tiles of BN; nt the column tile).
+struct WTile {
+  int e, row0, rows, m0, n0, nt;
+};
+template <int N, int K, int WBM, int BN>
+__device__ __forceinline__ WTile wdecode(int t, const int *rs) {
+  constexpr int MT = (N + WBM - 1) / WBM, NT = (K + BN - 1) / BN;
+  WTile w;
+  w.e = t / (MT * NT);
+  const int local = t - w.e * (MT * NT);
+  w.nt = local / MT;
+  w.m0 = (local - w.nt * MT) * WBM;
+  w.n0 = w.nt * BN;
+  w.row0 = rs[w.e];
+  w.rows = rs[w.e + 1] - rs[w.e];
+  return w;
+}
+
+// What the epilogues write (kernel parameters, by mode).
+struct Out {
+  void *y;            // FWD Y bf16 [rows, N]; DGRAD dX bf16 [rows, K]; WGRAD dW [E, N, K]
+                      // (bf16, or fp32 if accumulate); GLU act bf16 [rows, N / 2]
+  void *aux;          // WGRAD db fp32 [E, N] or null; GLU h bf16 [rows, N] (pre-activation) or null
+  const bf16_t *bias; // GLU b bf16 [E, N] or null
+  const float *prob;  // GLU prob fp32 [rows] or null
+  int accumulate;     // WGRAD: 1 = dW, db fp32 +=, 0 = dW bf16, db fp32 =
+  const bf16_t *h;    // DGLU: h bf16 [rows, 2K] saved by GLU (y is then dh [rows, 2K])
+  float *dprob;       // DGLU: dprob fp32 [rows] (+=), or null
+};
+
+// ---------------------------------------------------------------- epilogues
+// Each stores one warp's accumulator strip: W columns of 16 rows, the layout
+// of wgmma's m64nW per-warp slice and of W / 8 mma.sync m16n8 fragments side
+// by side. Lane l holds row l / 4 at columns 8j + 2(l % 4) + {0, 1} as
+// a[4j + {0, 1}] and row l / 4 + 8 as a[4j + {2, 3}], j < W / 8. `col` is the
+// strip's first column plus 2(l % 4); `grow` the global row of row l / 4,
+// ok0 / ok1 whether rows l / 4 and l / 4 + 8 are stored. TW: the columns
+// of the tile the strip lies in (tiles start at multiples of TW, so with
+// C % TW == 0 no column is past the end and the guards compile away).
+
+// bf16 rows of y [rows, C]: columns < C.
+template <int C, int W, int TW>
+__device__ __forceinline__ void store_rows(bf16_t *y, const float (&a)[W / 2], long long grow, bool ok0,
+                                           bool ok1, int col) {
+  u32 *y0 = reinterpret_cast<u32 *>(y + grow * C + col);
+  u32 *y1 = y0 + 4 * C; // 8 rows down, in u32 units
+#pragma unroll
+  for (int j = 0; j < W / 8; j++) {
+    if (C % TW == 0 || col + 8 * j < C) {
+      if (ok0) y0[4 * j] = pack_bf16x2(a[4 * j], a[4 * j + 1]);
+      if (ok1) y1[4 * j] = pack_bf16x2(a[4 * j + 2], a[4 * j + 3]);
+    }
+  }
+}
+
+// SwiGLU forward of gemm1 (N = 2F outputs, expert e): the strip's first W / 2
+// columns are gate columns f = col + 8j (j < W / 16), the last W / 2 the up
+// columns of the same f. act = silu(g + b) * (u + b) * prob (bf16 [rows, F]),
+// and h = (g + b, u + b) (bf16 [rows, N]) when o.aux is set. TW counts act
+// columns.
+template <int N, int W, int TW>
+__device__ __forceinline__ void store_glu(const Out &o, const float (&a)[W / 2], int e, int grow,
+                                          bool ok0, bool ok1, int col) {
+  constexpr int F = N / 2, UP = W / 16; // acc group of the up column paired with gate group j
+  bf16_t *act = static_cast<bf16_t *>(o.y);
+  bf16_t *h = static_cast<bf16_t *>(o.aux);
+#pragma unroll
+  for (int j = 0; j < W / 16; j++) {
+    const int f = col + 8 * j;
+    if (F % TW == 0 || f < F) {
+      float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
+      if (o.bias) {
+        const u32 *b = reinterpret_cast<const u32 *>(o.bias + (long long)e * N + f);
+        const u32 g2 = b[0], u2 = b[F / 2];
+        bg0 = bf16_lo(g2), bg1 = bf16_hi(g2), bu0 = bf16_lo(u2), bu1 = bf16_hi(u2);
+      }
+#pragma unroll
+      for (int half = 0; half < 2; half++) {
+        const bool ok = half ? ok1 : ok0;
+        if (!ok) continue;
+        const int rr = grow + 8 * half;
+        const float g0 = a[4 * j + 2 * half] + bg0, g1 = a[4 * j + 2 * half + 1] + bg1;
+        const float u0 = a[4 * (j + UP) + 2 * half] + bu0;
+        const float u1 = a[4 * (j + UP) + 2 * half + 1] + bu1;
+        const float p = o.prob ? o.prob[rr] : 1.f;
+        *reinterpret_cast<u32 *>(act + (long long)rr * F + f) =
+            pack_bf16x2(silu(g0) * u0 * p, silu(g1) * u1 * p);
+        if (h) {
+          *reinterpret_cast<u32 *>(h + (long long)rr * N + f) = pack_bf16x2(g0, g1);
+          *reinterpret_cast<u32 *>(h + (long long)rr * N + F + f) = pack_bf16x2(u0, u1);
+        }
+      }
+    }
+  }
+}
+
+// SwiGLU backward in gemm2's dgrad: the strip is dact (K = F columns); from
+// the saved h (gate g, up u) and prob p: dh[:, f] = dact p u silu'(g),
+// dh[:, F + f] = dact p silu(g) (bf16 [rows, 2K] in o.y), and
+// dprob[row] += sum_f dact silu(g) u (fp32 atomics, one per row and strip:
+// the four lanes of a quad reduce first). Every lane of the warp calls it.
+template <int K, int W, int TW>
+__device__ __forceinline__ void store_dglu(const Out &o, const float (&a)[W / 2], int grow, bool ok0,
+                                           bool ok1, int col) {
+  bf16_t *dh = static_cast<bf16_t *>(o.y);
+  float dp[2] = {0.f, 0.f};
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    if (!(half ? ok1 : ok0)) continue;
+    const long long rr = grow + 8 * half;
+    const float p = o.prob ? o.prob[rr] : 1.f;
+    const u32 *hg = reinterpret_cast<const u32 *>(o.h + rr * 2 * K + col);
+    u32 *dg = reinterpret_cast<u32 *>(dh + rr * 2 * K + col);
+#pragma unroll
+    for (int j = 0; j < W / 8; j++) {
+      if (K % TW == 0 || col + 8 * j < K) {
+        const u32 g2 = hg[4 * j], u2 = hg[4 * j + K / 2];
+        float dgv[2], duv[2];
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+          const float g = q ? bf16_hi(g2) : bf16_lo(g2), u = q ? bf16_hi(u2) : bf16_lo(u2);
+          const float da = a[4 * j + 2 * half + q], sg = 1.f / (1.f + __expf(-g));
+          const float sl = g * sg;
+          dgv[q] = da * p * u * sg * (1.f + g * (1.f - sg));
+          duv[q] = da * p * sl;
+          dp[half] += da * sl * u;
+        }
+        dg[4 * j] = pack_bf16x2(dgv[0], dgv[1]);
+        dg[4 * j + K / 2] = pack_bf16x2(duv[0], duv[1]);
+      }
+    }
+  }
+  if (o.dprob) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 1);
+      dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 2);
+    }
+    if (threadIdx.x % 4 == 0) {
+      if (ok0) atomicAdd(o.dprob + grow, dp[0]);
+      if (ok1) atomicAdd(o.dprob + grow + 8, dp[1]);
+    }
+  }
+}
+
+// wgrad's dW_e rows i0, i0 + 8 (< N), columns col.. (< K): fp32 += with
+// o.accumulate, else bf16 =. n0 is the strip's first column. Every lane of
+// the warp calls it (the bf16 path swaps pairs within quads).
+template <int N, int K, int W, int TW>
+__device__ __forceinline__ void store_wgrad(const Out &o, const float (&a)[W / 2], int e, int i0,
+                                            int col, int n0) {
+  static_assert(W % 16 == 0, "column groups in pairs");
+  const bool ok0 = i0 < N, ok1 = i0 + 8 < N;
+  if (o.accumulate) {
+    f32x2 *w0 = reinterpret_cast<f32x2 *>(static_cast<float *>(o.y) + ((long long)e * N + i0) * K + col);
+    f32x2 *w1 = w0 + 4 * K; // 8 rows down, in f32x2 units
+#pragma unroll
+    for (int j = 0; j < W / 8; j++) {
+      if (K % TW == 0 || col + 8 * j < K) {
+        if (ok0) {
+          f32x2 v = w0[4 * j];
+          v.x += a[4 * j], v.y += a[4 * j + 1];
+          w0[4 * j] = v;
+        }
+        if (ok1) {
+          f32x2 v = w1[4 * j];
+          v.x += a[4 * j + 2], v.y += a[4 * j + 3];
+          w1[4 * j] = v;
+        }
+      }
+    }
+    return;
+  }
+  // Lanes q and q ^ 1 of a quad swap pairs so that each stores 8 bytes (q
+  // even: 4 columns of group j, q odd: of group j + 1) and a quad writes 32
+  // contiguous bytes (whole sectors when K % 16 == 0): column group jj,
+  // columns 2 * (q & 2)..+3.
+  const int q = threadIdx.x % 4, odd = q & 1;
+  bf16_t *w = static_cast<bf16_t *>(o.y) + ((long long)e * N + i0) * K + n0 + 2 * (q & 2);
+#pragma unroll
+  for (int j = 0; j < W / 8; j += 2) {
+    const int jj = j + odd;
+    u32 v[2][2]; // [row half][lo, hi] to store
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const u32 lo = pack_bf16x2(a[4 * j + 2 * half], a[4 * j + 2 * half + 1]);
+      const u32 hi = pack_bf16x2(a[4 * j + 4 + 2 * half], a[4 * j + 4 + 2 * half + 1]);
+      const u32 got = __shfl_xor_sync(MOEGEN_FULL_MASK, odd ? lo : hi, 1);
+      v[half][0] = odd ? got : lo;
+      v[half][1] = odd ? hi : got;
+    }
+    if (K % TW == 0 || n0 + 8 * jj < K) {
+      if (ok0) *reinterpret_cast<u32x2 *>(w + 8 * jj) = u32x2{v[0][0], v[0][1]};
+      if (ok1) *reinterpret_cast<u32x2 *>(w + 8 * K + 8 * jj) = u32x2{v[1][0], v[1][1]};
+    }
+  }
+}
+
+// wgrad's bias grad db_e[m] for this CTA's dW rows, given each row's sum:
+// = or += (o.accumulate; an expert with no rows is then left as it is).
+__device__ __forceinline__ void store_db(const Out &o, int N, int e, int m, int rows, float v) {
+  float *dst = static_cast<float *>(o.aux) + (long long)e * N + m;
+  if (o.accumulate) {
+    if (rows > 0) *dst += v;
+  } else {
+    *dst = v;
+  }
+}
+} // namespace ggemm
+
+#endif // MOEGEN_GEMM_COMMON
+namespace ggemm {
 constexpr int BM = 128;  // default tile rows (two consumers of 64); wgrad's dW row tile; A box rows
 constexpr int BK = 64;   // tile depth: 64 bf16 = one 128-byte swizzle row
 constexpr int THREADS = 384;
@@ -1866,18 +2177,15 @@ constexpr int CONSUMER_ROWS = 64;  // rows of one wgmma (m64)
 constexpr int PRODUCER_REGS = 40;  // setmaxnreg: 128 * 40 + 256 * 232 = 64512 registers
 constexpr int CONSUMER_REGS = 232;
 constexpr int RELEASES = 8;        // arrivals that free a stage: each consumer warp's lane 0
-constexpr int SCAN_WARPS = THREADS / 32;
 constexpr long long L2_KEEP = 25165824; // most bytes of A tiles kept in L2 (l2_policies)
 constexpr long long L2_FIT = 33554432;  // bytes of both operands' sets that stay in L2
-// Shared memory: tile starts ts[E + 1], row starts rs[E + 1], scan scratch,
-// then the barriers, then the 1024-aligned stages (plan.lua gemm_smem).
-constexpr int TABLE_BYTES = (8 * (E + 1) + 4 * 32 + 15) / 16 * 16;
+// Shared memory: the tables (TABLE_BYTES), then the barriers, then the
+// 1024-aligned stages (plan.lua gemm_smem).
 static_assert(64 == BK && 384 == THREADS, "plan.lua tile (N = 4096)");
 static_assert(64 == BK && 384 == THREADS, "plan.lua tile (N = 7168)");
 static_assert(64 == BK && 384 == THREADS, "plan.lua tile (N = 4096)");
 static_assert(64 == BK && 384 == THREADS, "plan.lua tile (N = 7168)");
-static_assert(THREADS == 3 * 128 && SCAN_WARPS <= 16, "one producer + two consumer warpgroups");
-static_assert(E >= 1 && E <= 2048, "experts");
+static_assert(THREADS == 3 * 128, "one producer + two consumer warpgroups");
 
 // The shape-specific wgmma: D[64, BN] (+)= A[64, 16] B[BN, 16]^T, both
 // operands K-major in shared memory (descriptors), D fp32 in registers
@@ -1989,80 +2297,6 @@ template <> struct Wgmma<128> {
   }
 };
 
-// One tile of the index space.
-struct Tile {
-  int e;    // expert
-  int row0; // first row of expert e in X and Y
-  int rows; // m_e
-  int m0;   // first row of the tile within the expert
-  int n0;   // first column
-};
-
-// Tile t of the space whose expert e spans tiles [ts[e] * NT, ts[e+1] * NT),
-// tiles of TBM rows.
-template <int NT, int BN, int TBM = BM>
-__device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
-  const int q = t / NT; // M-tile index over all experts
-  int lo = 0, hi = E - 1; // last e with ts[e] <= q: the one with tiles (ts[e+1] > q)
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (ts[mid] <= q) lo = mid;
-    else hi = mid - 1;
-  }
-  const int mt = ts[lo + 1] - ts[lo], local = t - ts[lo] * NT;
-  const int n = local / mt;
-  Tile tl;
-  tl.e = lo;
-  tl.row0 = rs[lo];
-  tl.rows = rs[lo + 1] - rs[lo];
-  tl.m0 = (local - n * mt) * TBM;
-  tl.n0 = n * BN;
-  return tl;
-}
-
-// rs[0..E] (row starts: offsets as given, else the exclusive prefix of the
-// counts) and ts[0..E] (exclusive prefix of ceil(m_e / TBM)), all threads.
-template <int TBM = BM>
-__device__ __forceinline__ void build_tables(const int *counts, const int *offsets, int *ts, int *rs,
-                                             int *scratch) {
-  constexpr int PER = (E + THREADS - 1) / THREADS;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, e0 = tid * PER;
-  int m[PER], rows = 0, tiles = 0;
-#pragma unroll
-  for (int i = 0; i < PER; i++) {
-    const int e = e0 + i;
-    int v = 0;
-    if (e < E) v = offsets ? offsets[e + 1] - offsets[e] : counts[e];
-    m[i] = v > 0 ? v : 0;
-    rows += m[i];
-    tiles += (m[i] + TBM - 1) / TBM;
-  }
-  int rin = rows, tin = tiles; // inclusive warp scans
-#pragma unroll
-  for (int o = 1; o < 32; o *= 2) {
-    const int r = __shfl_up_sync(MOEGEN_FULL_MASK, rin, o), t = __shfl_up_sync(MOEGEN_FULL_MASK, tin, o);
-    if (lane >= o) rin += r, tin += t;
-  }
-  if (lane == 31) scratch[warp] = rin, scratch[16 + warp] = tin;
-  __syncthreads();
-  int rbase = rin - rows, tbase = tin - tiles;
-  for (int w = 0; w < warp; w++) rbase += scratch[w], tbase += scratch[16 + w];
-#pragma unroll
-  for (int i = 0; i < PER; i++) {
-    const int e = e0 + i;
-    if (e < E) {
-      ts[e] = tbase;
-      rs[e] = offsets ? offsets[e] : rbase;
-    }
-    rbase += m[i];
-    tbase += (m[i] + TBM - 1) / TBM;
-  }
-  if (tid == THREADS - 1) { // its bases are now the totals
-    ts[E] = tbase;
-    rs[E] = offsets ? offsets[E] : rbase;
-  }
-}
-
 // L2 priorities of a row-tiled kernel's two TMA operands: A the TBM-row
 // tiles (X or dY, R-deep), B the BN-column strips of W_e (R-deep). About
 // gridDim.x consecutive tiles run at once, M-tiles fastest within an expert
@@ -2132,7 +2366,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
   const u32 sa = tiles, sb = tiles + STAGES * A_BYTES;
   const int tid = threadIdx.x;
 
-  build_tables<TBM>(counts, offsets, ts, rs, scratch);
+  build_tables<THREADS, TBM>(counts, offsets, ts, rs, scratch);
   if (tid == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(bars + 8 * s, 1);
@@ -2208,22 +2442,12 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
 
     // Epilogue: bf16 pairs straight from the accumulators; only the
     // expert's rows (and rows < max_rows), only columns < N.
-    const int col = tl.n0 + 2 * (lane % 4);
 #pragma unroll
     for (int h = 0; h < SUB; h++) {
       const int r = h * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the consumer's rows
       const int grow = tl.row0 + tl.m0 + c * RC + r;
-      const bool ok0 = r < left && grow < max_rows;
-      const bool ok1 = r + 8 < left && grow + 8 < max_rows;
-      u32 *y0 = reinterpret_cast<u32 *>(y + (long long)grow * N + col);
-      u32 *y1 = y0 + 4 * N; // 8 rows down, in u32 units
-#pragma unroll
-      for (int j = 0; j < BN / 8; j++) {
-        if (N % BN == 0 || col + 8 * j < N) {
-          if (ok0) y0[4 * j] = pack_bf16x2(acc[h][4 * j], acc[h][4 * j + 1]);
-          if (ok1) y1[4 * j] = pack_bf16x2(acc[h][4 * j + 2], acc[h][4 * j + 3]);
-        }
-      }
+      store_rows<N, BN, BN>(y, acc[h], grow, r < left && grow < max_rows,
+                        r + 8 < left && grow + 8 < max_rows, tl.n0 + 2 * (lane % 4));
     }
   }
 }
@@ -2323,12 +2547,11 @@ using ggemm::BM;
 using ggemm::BK;
 using ggemm::E;
 using ggemm::TABLE_BYTES;
+using ggemm::Out;
 constexpr int CONSUMER_ROWS = ggemm::CONSUMER_ROWS;
 constexpr u32 BOX_BYTES = BK * 128; // one [64 lines][64 bf16] MN-major box
 constexpr int DB_BYTES = 512;       // wgrad: bias-grad partials, 64 floats per consumer
 enum Mode { DGRAD = 0, WGRAD = 1, GLU = 2, DGLU = 3 };
-struct __align__(8) f32x2 { float x, y; };
-struct __align__(8) u32x2 { u32 x, y; };
 
 // MN-major 128B-swizzle descriptor of boxes laid BOX_BYTES apart (see above).
 __device__ __forceinline__ u64 desc_mn_sw128(u32 addr) {
@@ -2352,9 +2575,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
-__device__ __forceinline__ float bf16_lo(u32 v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float bf16_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
-__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
 // D[64, BN] (+)= A[64, 16] B[BN, 16]^T with A M-major if TA, B N-major if
 // TB (accumulator layout as ggemm::Wgmma).
@@ -2538,36 +2758,6 @@ template <> struct Mma<128, 0, 0> {
   }
 };
 
-// What the epilogues write (kernel parameters, by mode).
-struct Out {
-  void *y;            // DGRAD dX bf16 [rows, K]; WGRAD dW [E, N, K] (bf16, or fp32 if accumulate);
-                      // GLU act bf16 [rows, N / 2]
-  void *aux;          // WGRAD db fp32 [E, N] or null; GLU h bf16 [rows, N] (pre-activation) or null
-  const bf16_t *bias; // GLU b bf16 [E, N] or null
-  const float *prob;  // GLU prob fp32 [rows] or null
-  int accumulate;     // WGRAD: 1 = dW, db fp32 +=, 0 = dW bf16, db fp32 =
-  const bf16_t *h;    // DGLU: h bf16 [rows, 2K] saved by GLU (y is then dh [rows, 2K])
-  float *dprob;       // DGLU: dprob fp32 [rows] (+=), or null
-};
-
-// One wgrad tile: expert e, dW rows m0.. (of N), columns n0.. (of K).
-struct WTile {
-  int e, row0, rows, m0, n0, nt;
-};
-template <int N, int K, int BN>
-__device__ __forceinline__ WTile wdecode(int t, const int *rs) {
-  constexpr int MT = (N + BM - 1) / BM, NT = (K + BN - 1) / BN;
-  WTile w;
-  w.e = t / (MT * NT);
-  const int local = t - w.e * (MT * NT);
-  w.nt = local / MT;
-  w.m0 = (local - w.nt * MT) * BM;
-  w.n0 = w.nt * BN;
-  w.row0 = rs[w.e];
-  w.rows = rs[w.e + 1] - rs[w.e];
-  return w;
-}
-
 // The kernel body. N, K: the forward GEMM's; the output has C columns
 // (DGRAD, WGRAD: K; GLU: N / 2 act columns) tiled by BN (GLU: BN / 2 act
 // columns per tile, from BN / 2 gate and BN / 2 up rows of W). TBM: rows
@@ -2601,7 +2791,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   const u32 sa = tiles, sb = tiles + STAGES * A_BYTES;
   const int tid = threadIdx.x;
 
-  ggemm::build_tables<TBM>(counts, offsets, ts, rs, scratch);
+  ggemm::build_tables<ggemm::THREADS, TBM>(counts, offsets, ts, rs, scratch);
   if (tid == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(bars + 8 * s, 1);
@@ -2625,7 +2815,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
     u32 ph = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       if (MODE == WGRAD) {
-        const WTile w = wdecode<N, K, BN>(t, rs);
+        const ggemm::WTile w = ggemm::wdecode<N, K, BM, BN>(t, rs);
         // Rows past the expert's end are loaded and zeroed by the consumers.
         for (int kb = 0; kb * BK < w.rows; kb++) {
           const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
@@ -2672,7 +2862,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   for (int t = blockIdx.x; t < total; t += gridDim.x) {
     int e, row0, rows, m0, n0, kt, left, nt = 0;
     if (MODE == WGRAD) {
-      const WTile w = wdecode<N, K, BN>(t, rs);
+      const ggemm::WTile w = ggemm::wdecode<N, K, BM, BN>(t, rs);
       e = w.e, row0 = w.row0, rows = w.rows, m0 = w.m0, n0 = w.n0, nt = w.nt;
       kt = (rows + BK - 1) / BK;
       left = BM; // every dW row of the tile is computed (masked to N at the store)
@@ -2750,163 +2940,25 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
       const float(&acc)[BN / 2] = accs[sub];
       const int r = c * RC + sub * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the tile
       const int col = n0 + 2 * (lane % 4);
+      const int grow = row0 + m0 + r;
+      const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
       if (MODE == DGRAD) { // dX rows of the expert (and < max_rows), columns < K
-        const int grow = row0 + m0 + r;
-        const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
-        u32 *y0 = reinterpret_cast<u32 *>(static_cast<bf16_t *>(o.y) + (long long)grow * K + col);
-        u32 *y1 = y0 + 4 * K;
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-          if (K % BN == 0 || col + 8 * j < K) {
-            if (ok0) y0[4 * j] = pack_bf16x2(acc[4 * j], acc[4 * j + 1]);
-            if (ok1) y1[4 * j] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
-          }
-        }
+        ggemm::store_rows<K, BN, BN>(static_cast<bf16_t *>(o.y), acc, grow, ok0, ok1, col);
       } else if (MODE == DGLU) { // dact (K = F columns) -> dh [rows, 2F] = (dgate, dup)
-        const int grow = row0 + m0 + r;
-        const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
-        bf16_t *dh = static_cast<bf16_t *>(o.y);
-        float dp[2] = {0.f, 0.f};
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-          if (!(half ? ok1 : ok0)) continue;
-          const long long rr = grow + 8 * half;
-          const float p = o.prob ? o.prob[rr] : 1.f;
-          const u32 *hg = reinterpret_cast<const u32 *>(o.h + rr * 2 * K + col);
-          u32 *dg = reinterpret_cast<u32 *>(dh + rr * 2 * K + col);
-#pragma unroll
-          for (int j = 0; j < BN / 8; j++) {
-            if (K % BN == 0 || col + 8 * j < K) {
-              const u32 g2 = hg[4 * j], u2 = hg[4 * j + K / 2];
-              float dgv[2], duv[2];
-#pragma unroll
-              for (int q = 0; q < 2; q++) {
-                const float g = q ? bf16_hi(g2) : bf16_lo(g2), u = q ? bf16_hi(u2) : bf16_lo(u2);
-                const float da = acc[4 * j + 2 * half + q], sg = 1.f / (1.f + __expf(-g));
-                const float sl = g * sg;
-                dgv[q] = da * p * u * sg * (1.f + g * (1.f - sg));
-                duv[q] = da * p * sl;
-                dp[half] += da * sl * u;
-              }
-              dg[4 * j] = pack_bf16x2(dgv[0], dgv[1]);
-              dg[4 * j + K / 2] = pack_bf16x2(duv[0], duv[1]);
-            }
-          }
-        }
-        if (o.dprob) { // the 4 lanes of a quad share rows: reduce, one atomic per row and tile
-#pragma unroll
-          for (int half = 0; half < 2; half++) {
-            dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 1);
-            dp[half] += __shfl_xor_sync(MOEGEN_FULL_MASK, dp[half], 2);
-          }
-          if (lane % 4 == 0) {
-            if (ok0) atomicAdd(o.dprob + grow, dp[0]);
-            if (ok1) atomicAdd(o.dprob + grow + 8, dp[1]);
-          }
-        }
+        ggemm::store_dglu<K, BN, BN>(o, acc, grow, ok0, ok1, col);
       } else if (MODE == WGRAD) { // dW_e rows m0 + r (< N), columns < K
         if (want_db) { // both halves of the consumer's 64 columns -> db_e[m0 + 64c + col]
           if (wt >= 64) dbs[c * 64 + wt % 64] = db;
           bar_sync(2 + c, 128);
           const int dcol = m0 + c * 64 + wt;
-          if (wt < 64 && dcol < N) {
-            float *dst = static_cast<float *>(o.aux) + (long long)e * N + dcol;
-            const float v = db + dbs[c * 64 + wt];
-            if (o.accumulate) {
-              if (rows > 0) *dst += v;
-            } else {
-              *dst = v;
-            }
-          }
+          if (wt < 64 && dcol < N) ggemm::store_db(o, N, e, dcol, rows, db + dbs[c * 64 + wt]);
           bar_sync(2 + c, 128); // dbs is free again
         }
         if (o.accumulate && rows == 0) continue; // dW_e += 0: leave it untouched (WGRAD has one
                                                  // sub-block: this ends the tile's epilogue)
-        const int i0 = m0 + r;
-        const bool ok0 = i0 < N, ok1 = i0 + 8 < N;
-        const long long off = ((long long)e * N + i0) * K + col;
-        if (o.accumulate) {
-          f32x2 *w0 = reinterpret_cast<f32x2 *>(static_cast<float *>(o.y) + off);
-          f32x2 *w1 = w0 + 4 * K; // 8 rows down, in f32x2 units
-#pragma unroll
-          for (int j = 0; j < BN / 8; j++) {
-            if (K % BN == 0 || col + 8 * j < K) {
-              if (ok0) {
-                f32x2 v = w0[4 * j];
-                v.x += acc[4 * j], v.y += acc[4 * j + 1];
-                w0[4 * j] = v;
-              }
-              if (ok1) {
-                f32x2 v = w1[4 * j];
-                v.x += acc[4 * j + 2], v.y += acc[4 * j + 3];
-                w1[4 * j] = v;
-              }
-            }
-          }
-        } else {
-          // Lanes q and q ^ 1 of a quad swap pairs so that each stores 8 bytes
-          // (q even: 4 columns of group j, q odd: of group j + 1) and a quad
-          // writes 32 contiguous bytes (whole sectors when K % 16 == 0): column
-          // group jj, columns 2 * (q & 2)..+3.
-          const int q = lane % 4, odd = q & 1;
-          bf16_t *w = static_cast<bf16_t *>(o.y) + ((long long)e * N + i0) * K + n0 + 2 * (q & 2);
-#pragma unroll
-          for (int j = 0; j < BN / 8; j += 2) {
-            const int jj = j + odd;
-            u32 v[2][2]; // [row half][lo, hi] to store
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-              const u32 a = pack_bf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-              const u32 b = pack_bf16x2(acc[4 * j + 4 + 2 * half], acc[4 * j + 4 + 2 * half + 1]);
-              const u32 got = __shfl_xor_sync(MOEGEN_FULL_MASK, odd ? a : b, 1);
-              v[half][0] = odd ? got : a;
-              v[half][1] = odd ? b : got;
-            }
-            if (K % BN == 0 || n0 + 8 * jj < K) {
-              if (ok0) *reinterpret_cast<u32x2 *>(w + 8 * jj) = u32x2{v[0][0], v[0][1]};
-              if (ok1) *reinterpret_cast<u32x2 *>(w + 8 * K + 8 * jj) = u32x2{v[1][0], v[1][1]};
-            }
-          }
-        }
+        ggemm::store_wgrad<N, K, BN, BN>(o, acc, e, m0 + r, col, n0);
       } else { // GLU: acc columns [0, BN/2) gate f = n0 + ..., [BN/2, BN) up F + f
-        constexpr int UP = BN / 16; // acc group of the up column paired with gate group j
-        const int grow = row0 + m0 + r;
-        const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
-        float p0 = 1.f, p1 = 1.f;
-        if (o.prob) {
-          if (ok0) p0 = o.prob[grow];
-          if (ok1) p1 = o.prob[grow + 8];
-        }
-        bf16_t *act = static_cast<bf16_t *>(o.y);
-        bf16_t *h = static_cast<bf16_t *>(o.aux);
-#pragma unroll
-        for (int j = 0; j < BN / 16; j++) {
-          const int f = col + 8 * j;
-          if (F % (BN / 2) == 0 || f < F) {
-            float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
-            if (o.bias) {
-              const u32 *b = reinterpret_cast<const u32 *>(o.bias + (long long)e * N + f);
-              const u32 g2 = b[0], u2 = b[F / 2];
-              bg0 = bf16_lo(g2), bg1 = bf16_hi(g2), bu0 = bf16_lo(u2), bu1 = bf16_hi(u2);
-            }
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-              const bool ok = half ? ok1 : ok0;
-              if (!ok) continue;
-              const int rr = grow + 8 * half;
-              const float g0 = acc[4 * j + 2 * half] + bg0, g1 = acc[4 * j + 2 * half + 1] + bg1;
-              const float u0 = acc[4 * (j + UP) + 2 * half] + bu0;
-              const float u1 = acc[4 * (j + UP) + 2 * half + 1] + bu1;
-              const float p = half ? p1 : p0;
-              *reinterpret_cast<u32 *>(act + (long long)rr * F + f) =
-                  pack_bf16x2(silu(g0) * u0 * p, silu(g1) * u1 * p);
-              if (h) {
-                *reinterpret_cast<u32 *>(h + (long long)rr * N + f) = pack_bf16x2(g0, g1);
-                *reinterpret_cast<u32 *>(h + (long long)rr * N + F + f) = pack_bf16x2(u0, u1);
-              }
-            }
-          }
-        }
+        ggemm::store_glu<N, BN, BN / 2>(o, acc, e, grow, ok0, ok1, col);
       }
     }
   }
@@ -2922,7 +2974,7 @@ moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
+  const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
@@ -2934,7 +2986,7 @@ moegen_gemm2_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
+  const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
@@ -2947,7 +2999,7 @@ moegen_gemm2_dgrad_glu(const __grid_constant__ tensor_map_t mdy, // dY [rows, N]
                        bf16_t *dh, const bf16_t *h, const float *prob, float *dprob,
                        const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
+  const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
   ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
@@ -2960,7 +3012,7 @@ moegen_gemm1_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    void *dw, float *db, const int *counts, const int *offsets, int max_rows,
                    int accumulate) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
+  const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
 }
 
@@ -2973,7 +3025,7 @@ moegen_gemm2_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    void *dw, float *db, const int *counts, const int *offsets, int max_rows,
                    int accumulate) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
+  const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
 }
 
@@ -2986,7 +3038,7 @@ moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box
                      bf16_t *act, bf16_t *h, const bf16_t *bias, const float *prob,
                      const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
+  const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 128, 256, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, smem);
 }
 
@@ -2998,7 +3050,7 @@ moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
+  const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 128, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
@@ -3010,7 +3062,7 @@ moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
+  const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 128, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
@@ -3023,7 +3075,7 @@ moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [row
                        bf16_t *dh, const bf16_t *h, const float *prob, float *dprob,
                        const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
+  const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
   ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 128, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
@@ -3036,7 +3088,7 @@ moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K
                      bf16_t *act, bf16_t *h, const bf16_t *bias, const float *prob,
                      const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
-  const ggemm_bwd::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
+  const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 128, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, smem);
 }
 

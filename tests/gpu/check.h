@@ -4,6 +4,7 @@
 #define MOEGEN_TESTS_CHECK_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "gpu.h"
 #include "moegen/moegen.h"
@@ -38,11 +39,38 @@ static inline moegen_module *test_module(moegen_status st, moegen_module **m,
   return NULL;
 }
 
-/* JITs config c for the current device and loads `units`, as test_module. */
+/* The arch a test's JIT modules are rendered for: NULL (the device's own,
+ * sm_90a on Hopper) or, with MOEGEN_TEST_PORTABLE=1 in the environment,
+ * "sm_XY" of device 0 without the 'a' ("sm_90" on Hopper), whose grouped
+ * GEMM is the portable mma.sync one (gemm.portable = 1). */
+static inline const char *test_arch(void) {
+  static char arch[16];
+  const char *e = getenv("MOEGEN_TEST_PORTABLE");
+  if (!e || strcmp(e, "1") != 0) return NULL;
+  if (!arch[0]) {
+    CUdevice d;
+    int major = 0, minor = 0;
+    CU(gpu_drv->cuDeviceGet(&d, 0));
+    CU(gpu_drv->cuDeviceGetAttribute(&major, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d));
+    CU(gpu_drv->cuDeviceGetAttribute(&minor, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d));
+    snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+    printf("modules for %s (MOEGEN_TEST_PORTABLE=1)\n", arch);
+  }
+  return arch;
+}
+
+/* JITs config c for test_arch() and loads `units`, as test_module. With
+ * MOEGEN_TEST_PORTABLE=1 a module whose GEMM is not the portable one is a
+ * failure (the test would not test what it says). */
 static inline moegen_module *test_jit(const moegen_config *c, unsigned units, const char *what) {
   moegen_module *m = NULL;
   moegen_error err = {0};
-  moegen_status st = moegen_jit(c, NULL, &m, &err);
+  moegen_status st = moegen_jit(c, test_arch(), &m, &err);
+  if (st == MOEGEN_OK && test_arch() && moegen_module_image(m)->gemm.supported &&
+      !moegen_module_image(m)->gemm.portable) {
+    printf("FAIL %s: MOEGEN_TEST_PORTABLE=1 but the module's GEMM is not portable\n", what);
+    failures++;
+  }
   return test_module(st, &m, &err, units, what);
 }
 

@@ -159,8 +159,33 @@ static void cache_times(void) {
   if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
 }
 
+/* Which grouped GEMM a preset's module gets per arch, as the image says it
+ * (the runtime launches by these flags): sm_90a's TMA kernels with tall
+ * tiles, the portable ones on any other arch from sm_80 on, none before. */
+static void gemm_kinds(void) {
+  static const struct {
+    const char *arch;
+    int supported, portable;
+  } want[] = {{"sm_90a", 1, 0}, {"sm_90", 1, 1}, {"sm_80", 1, 1}, {"sm_86", 1, 1}, {"sm_75", 0, 0}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    moegen_sources src;
+    if (render_preset("deepseek-v3", want[i].arch, &src)) continue;
+    const moegen_gemm_plan *g = &src.gemm;
+    const int tall_ok = want[i].portable ? g->tall_rows_per_expert == 0 && g->gemm1_tall.threads == 0
+                                         : !want[i].supported || g->tall_rows_per_expert > 0;
+    if (g->supported != want[i].supported || g->portable != want[i].portable || !tall_ok) {
+      printf("FAIL deepseek-v3 %s: gemm supported %d portable %d tall rows %d, want %d %d\n",
+             want[i].arch, g->supported, g->portable, g->tall_rows_per_expert, want[i].supported,
+             want[i].portable);
+      failures++;
+    }
+    moegen_sources_free(&src);
+  }
+}
+
 int main(void) {
   const char *const *presets = moegen_preset_names();
+  gemm_kinds();
   for (int i = 0; presets[i]; i++) {
     moegen_sources a, b;
     if (render_preset(presets[i], "sm_90a", &a)) continue;
