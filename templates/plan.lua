@@ -331,11 +331,13 @@ end
 --  * bn = 256 (64 x 64 warp tiles) unless 128 pads fewer output columns
 --    (gpt-oss's 2880): per k16 a warp then reads 4 KiB of fragments for 32
 --    MMAs, against 3 KiB for 16 with 64 x 32 warp tiles, 1.5x less
---    shared-memory traffic a FLOP. Measured (H200, bench/RESULTS.md run
---    12, as sm_90): 128 x 128 tiles ran at 160-210 TFLOP/s, ~40% of the
---    mma.sync rate.
---  * registers: 128 accumulators + 20 fragment registers a thread with bn
---    = 256: one CTA (8 warps) an SM; bn = 128: 64 + 12, two CTAs (cap 128).
+--    shared-memory traffic a FLOP. Measured (H200 as sm_90,
+--    bench/RESULTS.md run 12): 128 x 128 -> 128 x 256 DeepSeek-V3 gemm1 at
+--    T = 16384 47.6 -> 39.6 ms (~195 TFLOP/s); L2 hints and 6 stages gave
+--    nothing more (the bound is in the SM; not yet timed on an A100).
+--  * registers: ptxas takes 227-243 a thread with bn = 256 (128
+--    accumulators): one CTA (8 warps) an SM; bn = 128 fits 128 (64
+--    accumulators): two CTAs, except the dgrad + SwiGLU epilogue (one).
 --  * napkin math (A100: 108 SMs, 312 TFLOP/s bf16 = 2.9 TFLOP/s an SM): a
 --    k32 step of a 128 x 256 tile is 2.1 MFLOP, 0.72 us at an SM's peak,
 --    fed by 24 KiB (34 GB/s an SM, 3.7 TB/s from L2 over 108 SMs); 4
