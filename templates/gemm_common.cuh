@@ -174,6 +174,11 @@ template <int N, int W, int TW>
 __device__ __forceinline__ void store_glu(const Out &o, const float (&a)[W / 2], int e, int grow,
                                           bool ok0, bool ok1, int col) {
   constexpr int F = N / 2, UP = W / 16; // acc group of the up column paired with gate group j
+  float p0 = 1.f, p1 = 1.f;
+  if (o.prob) {
+    if (ok0) p0 = o.prob[grow];
+    if (ok1) p1 = o.prob[grow + 8];
+  }
   bf16_t *act = static_cast<bf16_t *>(o.y);
   bf16_t *h = static_cast<bf16_t *>(o.aux);
 #pragma unroll
@@ -194,7 +199,7 @@ __device__ __forceinline__ void store_glu(const Out &o, const float (&a)[W / 2],
         const float g0 = a[4 * j + 2 * half] + bg0, g1 = a[4 * j + 2 * half + 1] + bg1;
         const float u0 = a[4 * (j + UP) + 2 * half] + bu0;
         const float u1 = a[4 * (j + UP) + 2 * half + 1] + bu1;
-        const float p = o.prob ? o.prob[rr] : 1.f;
+        const float p = half ? p1 : p0;
         *reinterpret_cast<u32 *>(act + (long long)rr * F + f) =
             pack_bf16x2(silu(g0) * u0 * p, silu(g1) * u1 * p);
         if (h) {

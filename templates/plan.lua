@@ -337,7 +337,7 @@ end
 --    nothing more (the bound is in the SM; not yet timed on an A100).
 --  * registers: ptxas takes 227-243 a thread with bn = 256 (128
 --    accumulators): one CTA (8 warps) an SM; bn = 128 fits 128 (64
---    accumulators): two CTAs, except the dgrad + SwiGLU epilogue (one).
+--    accumulators): two CTAs, except the SwiGLU epilogues (one).
 --  * napkin math (A100: 108 SMs, 312 TFLOP/s bf16 = 2.9 TFLOP/s an SM): a
 --    k32 step of a 128 x 256 tile is 2.1 MFLOP, 0.72 us at an SM's peak,
 --    fed by 24 KiB (34 GB/s an SM, 3.7 TB/s from L2 over 108 SMs); 4

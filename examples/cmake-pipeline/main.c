@@ -1,7 +1,7 @@
 /* examples/cmake-pipeline/main.c -- runs the module that moegen_generate()
  * built into this program (example_moe.lua, AOT): the router forward on
  * T = 1000 tokens of random logits, then the experts' two grouped GEMMs
- * (sm_80 or later) on T*K rows grouped by the router's per-expert counts,
+ * (EXAMPLE_ARCH, sm_90a by default; any arch from sm_80 has them) on T*K rows grouped by the router's per-expert counts,
  * which the GEMMs read on the device.
  *
  * Checks what holds for any data: each token's K expert indices are distinct,

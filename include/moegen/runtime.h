@@ -104,7 +104,8 @@ typedef struct moegen_gemm_plan {
   moegen_gemm_kernel_plan gemm1, gemm2;
   /* The forwards with tall tiles (bm = 256: each weight tile serves twice the
    * rows), used by every row-tiled op (all but wgrad) for calls with
-   * max_rows >= tall_rows_per_expert * experts. */
+   * max_rows >= tall_rows_per_expert * experts when tall_rows_per_expert > 0
+   * (0: the module has none, as on the portable path). */
   moegen_gemm_kernel_plan gemm1_tall, gemm2_tall;
   int tall_rows_per_expert;
   /* Backward and fused-epilogue kernels (templates/grouped_gemm_bwd_sm90.cu.lt):
@@ -459,10 +460,11 @@ typedef struct moegen_gemm_fwd_args {
  * Buffer contract: reads x, w and the counts/offsets; writes exactly the
  * rows of y that belong to an expert (below max_rows); mutates nothing else
  * (rows of y outside every expert keep their contents). One kernel on
- * `stream` (its two TMA descriptors are encoded on the host, no GPU work);
- * no host sync, graph-capturable. NOT_SUPPORTED as for the shape function.
- * With max_rows >= gemm.tall_rows_per_expert * E it runs the tall-tile
- * kernel (gemm.gemm1_tall / gemm2_tall), else the 128-row one. */
+ * `stream` (sm_90a: its two TMA descriptors are encoded on the host, no GPU
+ * work); no host sync, graph-capturable. NOT_SUPPORTED as for the shape
+ * function. With gemm.tall_rows_per_expert > 0 and max_rows >=
+ * gemm.tall_rows_per_expert * E it runs the tall-tile kernel
+ * (gemm.gemm1_tall / gemm2_tall), else the 128-row one. */
 moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *args,
                               CUstream stream);
 
