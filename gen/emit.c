@@ -200,7 +200,8 @@ int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt, con
   /* Say what the module will lack: its ops fail at run time, not here. */
   if (!src.gemm.supported)
     say(progress, "note: no grouped GEMM kernels (they need --arch sm_80 or later and "
-                  "hidden, ffn multiples of 8): the GEMM and layer ops of %s return MOEGEN_ERR_NOT_SUPPORTED",
+                  "hidden, ffn multiples of 8): the GEMM and layer ops of %s return "
+                  "MOEGEN_ERR_NOT_SUPPORTED",
         opt->name, "");
   if (src.permute.experts <= 0)
     say(progress, "note: no permute kernels (they need hidden %% 8 == 0): the permute and layer "
