@@ -2345,18 +2345,87 @@ __device__ __forceinline__ void load_a(u32 dst, const tensor_map_t *m, u32 full,
     tma_load_2d(dst + i * BOX_BYTES, m, full, k, tl.row0 + tl.m0 + i * BM, h);
 }
 
-// The kernel body for one (N, K) specialization, tiles of TBM x BN.
-// Consumer c owns rows [c * TBM/2, (c+1) * TBM/2) of a tile as SUB m64
-// sub-blocks. A consumer whose rows all lie past the expert's end skips the
-// tile's MMAs; otherwise it runs every sub-block's (skipping one would put
-// wgmma on a divergent path, which ptxas serializes).
+// The consumer side of the stage ring (full[s] at bars + 8s, empty[s] at
+// bars + 8 (STAGES + s)) for one tile of kt k steps: waits for each stage,
+// has issue(stage, kb) fence and issue its wgmmas, and frees a stage once
+// the MMAs reading it are done (one commit group stays in flight).
+template <int STAGES, class Issue>
+__device__ __forceinline__ void consume_stages(u32 bars, int kt, int lane, int &s, u32 &ph,
+                                               Issue &&issue) {
+  int prev = 0;
+  for (int kb = 0; kb < kt; kb++) {
+    mbar_wait(bars + 8 * s, ph);
+    issue(s, kb);
+    wgmma_commit();
+    if (kb > 0) { // the previous step's MMAs are done reading its stage
+      wgmma_wait<1>();
+      if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+    }
+    prev = s;
+    if (++s == STAGES) s = 0, ph ^= 1;
+  }
+  wgmma_wait<0>();
+  if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+}
+
+// A consumer with no rows in the tile: keeps the barriers in step, no math.
+template <int STAGES>
+__device__ __forceinline__ void skip_stages(u32 bars, int kt, int lane, int &s, u32 &ph) {
+  for (int kb = 0; kb < kt; kb++) {
+    mbar_wait(bars + 8 * s, ph);
+    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
+    if (++s == STAGES) s = 0, ph ^= 1;
+  }
+}
+
+// One stage's wgmmas for NS m64 sub-blocks of K-major A (64 rows = 8192
+// bytes = 512 descriptor units apart): acc[h] (+)= A_h B^T over the stage's
+// BK. M: the wgmma (Wgmma<BN>, ggemm_bwd::Mma); AK, BK16: descriptor steps
+// of a k16 (K-major +32 bytes = 2, MN-major +2048 bytes = 128).
+template <class M, int NS, int AK, int BK16, int SUB, int REGS>
+__device__ __forceinline__ void mma_stage(float (&acc)[SUB][REGS], u64 da, u64 db, int kb) {
+  static_assert(NS <= SUB, "sub-blocks");
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BK / 16; kk++) {
+#pragma unroll
+    for (int h = 0; h < NS; h++)
+      M::mma(acc[h], da + 512 * h + AK * kk, db + BK16 * kk, (kb | kk) != 0);
+  }
+}
+
+// The rows of a row tile a consumer computes. A tile of TBM rows is
+// consumer c's rows [c TBM/2, (c+1) TBM/2) as SUB m64 sub-blocks; but a
+// tall tile (SUB > 1) holding at most TBM/2 rows of its expert (the
+// expert's last) runs narrow: rows [64c, 64c + 64), one sub-block each,
+// so it costs about half a full tile, as a 128-row tile would (bench/
+// RESULTS.md run 13: without this, such a tile took as long as a full one).
+// The branch is uniform over the CTA.
+struct Rows {
+  int first; // the consumer's first row in the tile
+  int left;  // rows of the expert from it on (<= 0: none, skip the tile)
+  bool narrow;
+};
+template <int TBM>
+__device__ __forceinline__ Rows consumer_rows(int tile_rows, int c) {
+  constexpr int RC = TBM / 2;
+  Rows r;
+  r.narrow = RC > CONSUMER_ROWS && tile_rows <= RC;
+  r.first = c * (r.narrow ? CONSUMER_ROWS : RC);
+  r.left = tile_rows - r.first;
+  return r;
+}
+
+// The kernel body for one (N, K) specialization, tiles of TBM x BN: each
+// consumer computes its rows of a tile (consumer_rows) and skips the tiles
+// where it has none.
 template <int N, int K, int TBM, int BN, int STAGES, int SMEM_BYTES>
 __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tensor_map_t *mw,
                                              bf16_t *y, const int *counts, const int *offsets,
                                              int max_rows, u8 *smem) {
   constexpr int KT = (K + BK - 1) / BK; // k steps (TMA zero-fills the tail)
   constexpr int NT = (N + BN - 1) / BN; // N tiles per expert
-  constexpr int RC = TBM / 2, SUB = RC / CONSUMER_ROWS; // rows and m64 sub-blocks per consumer
+  constexpr int SUB = TBM / 2 / CONSUMER_ROWS; // m64 sub-blocks per consumer
   constexpr u32 A_BYTES = TBM * BK * 2, B_BYTES = BN * BK * 2;
   constexpr int BAR_BYTES = 16 * STAGES;
   static_assert(TBM == 128 || TBM == 256, "one or two m64 sub-blocks per consumer");
@@ -2405,7 +2474,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     return;
   }
 
-  // ---------------- consumers: rows c*RC .. c*RC+RC-1 of each tile
+  // ---------------- consumers (consumer_rows)
   setmaxnreg_inc<CONSUMER_REGS>();
   const int c = wg - 1, lane = tid % 32, warp = (tid % 128) / 32;
   float acc[SUB][BN / 2];
@@ -2413,46 +2482,32 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
   u32 ph = 0;
   for (int t = blockIdx.x; t < total; t += gridDim.x) {
     const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
-    const int left = tl.rows - tl.m0 - c * RC; // rows of the expert from this consumer's first on
-    if (left <= 0) { // past the expert's end: keep the barriers in step, no math
-      for (int kb = 0; kb < KT; kb++) {
-        mbar_wait(bars + 8 * s, ph);
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
-        if (++s == STAGES) s = 0, ph ^= 1;
-      }
+    const Rows cr = consumer_rows<TBM>(tl.rows - tl.m0, c);
+    if (cr.left <= 0) {
+      skip_stages<STAGES>(bars, KT, lane, s, ph);
       continue;
     }
-    int prev = 0;
-    for (int kb = 0; kb < KT; kb++) {
-      mbar_wait(bars + 8 * s, ph);
-      wgmma_fence();
-      const u64 da = wgmma_desc_sw128(sa + s * A_BYTES + c * RC * 128);
-      const u64 db = wgmma_desc_sw128(sb + s * B_BYTES);
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; kk++) {
-#pragma unroll
-        for (int h = 0; h < SUB; h++) // sub-block h: 64 rows = 8192 bytes (>> 4: 512) further
-          Wgmma<BN>::mma(acc[h], da + 512 * h + 2 * kk, db + 2 * kk, (kb | kk) != 0);
-      }
-      wgmma_commit();
-      if (kb > 0) { // the previous step's MMAs are done reading its stage
-        wgmma_wait<1>();
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-      }
-      prev = s;
-      if (++s == STAGES) s = 0, ph ^= 1;
-    }
-    wgmma_wait<0>();
-    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+    const u32 a_row = cr.first * 128; // the consumer's first A line in a stage
+    if (cr.narrow)
+      consume_stages<STAGES>(bars, KT, lane, s, ph, [&](int st, int kb) {
+        mma_stage<Wgmma<BN>, 1, 2, 2>(acc, wgmma_desc_sw128(sa + st * A_BYTES + a_row),
+                                      wgmma_desc_sw128(sb + st * B_BYTES), kb);
+      });
+    else
+      consume_stages<STAGES>(bars, KT, lane, s, ph, [&](int st, int kb) {
+        mma_stage<Wgmma<BN>, SUB, 2, 2>(acc, wgmma_desc_sw128(sa + st * A_BYTES + a_row),
+                                        wgmma_desc_sw128(sb + st * B_BYTES), kb);
+      });
 
     // Epilogue: bf16 pairs straight from the accumulators; only the
     // expert's rows (and rows < max_rows), only columns < N.
 #pragma unroll
     for (int h = 0; h < SUB; h++) {
+      if (h > 0 && cr.narrow) break;
       const int r = h * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the consumer's rows
-      const int grow = tl.row0 + tl.m0 + c * RC + r;
-      store_rows<N, BN, BN>(y, acc[h], grow, r < left && grow < max_rows,
-                        r + 8 < left && grow + 8 < max_rows, tl.n0 + 2 * (lane % 4));
+      const int grow = tl.row0 + tl.m0 + cr.first + r;
+      store_rows<N, BN, BN>(y, acc[h], grow, r < cr.left && grow < max_rows,
+                        r + 8 < cr.left && grow + 8 < max_rows, tl.n0 + 2 * (lane % 4));
     }
   }
 }
@@ -2777,7 +2832,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   constexpr int KT = (R + BK - 1) / BK;                       // k steps (DGRAD, GLU)
   constexpr int CT = MODE == GLU ? (F + BN / 2 - 1) / (BN / 2) : (K + BN - 1) / BN; // column tiles
   constexpr int MT = (N + BM - 1) / BM;                       // WGRAD: dW row tiles
-  constexpr int RC = TBM / 2, SUB = RC / CONSUMER_ROWS;       // rows, m64 sub-blocks per consumer
+  constexpr int SUB = TBM / 2 / CONSUMER_ROWS;                // m64 sub-blocks per consumer
   constexpr u32 A_BYTES = TBM * BK * 2, B_BYTES = BN * BK * 2;
   constexpr int BAR_BYTES = 16 * STAGES;
   constexpr int EXTRA = MODE == WGRAD ? DB_BYTES : 0;
@@ -2857,7 +2912,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
     return;
   }
 
-  // ---------------- consumers: rows c*RC .. c*RC+RC-1 of each tile
+  // ---------------- consumers (ggemm::consumer_rows)
   setmaxnreg_inc<ggemm::CONSUMER_REGS>();
   const int c = wg - 1, wt = tid % 128, lane = tid % 32, warp = wt / 32;
   constexpr int TA = MODE == WGRAD ? 1 : 0, TB = MODE == GLU ? 0 : 1;
@@ -2865,24 +2920,21 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   int s = 0;
   u32 ph = 0;
   for (int t = blockIdx.x; t < total; t += gridDim.x) {
-    int e, row0, rows, m0, n0, kt, left, nt = 0;
+    int e, row0, rows, m0, n0, kt, tile_rows, nt = 0;
     if (MODE == WGRAD) {
       const ggemm::WTile w = ggemm::wdecode<N, K, BM, BN>(t, rs);
       e = w.e, row0 = w.row0, rows = w.rows, m0 = w.m0, n0 = w.n0, nt = w.nt;
       kt = (rows + BK - 1) / BK;
-      left = BM; // every dW row of the tile is computed (masked to N at the store)
+      tile_rows = BM; // every dW row of the tile is computed (masked to N at the store)
     } else {
       const ggemm::Tile tl = ggemm::decode<CT, MODE == GLU ? BN / 2 : BN, TBM>(t, ts, rs);
       e = tl.e, row0 = tl.row0, rows = tl.rows, m0 = tl.m0, n0 = tl.n0;
       kt = KT;
-      left = rows - m0;
+      tile_rows = rows - m0;
     }
-    if (left <= c * RC) { // past the expert's end: keep the barriers in step, no math
-      for (int kb = 0; kb < kt; kb++) {
-        mbar_wait(bars + 8 * s, ph);
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
-        if (++s == STAGES) s = 0, ph ^= 1;
-      }
+    const ggemm::Rows cr = ggemm::consumer_rows<TBM>(tile_rows, c); // WGRAD: TBM = 128, never narrow
+    if (cr.left <= 0) {
+      ggemm::skip_stages<STAGES>(bars, kt, lane, s, ph);
       continue;
     }
     const bool want_db = MODE == WGRAD && o.aux != nullptr && nt == 0;
@@ -2892,61 +2944,53 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) accs[0][i] = 0.f;
     }
-    int prev = 0;
-    for (int kb = 0; kb < kt; kb++) {
-      mbar_wait(bars + 8 * s, ph);
-      const u32 a_s = sa + s * A_BYTES, b_s = sb + s * B_BYTES;
-      if (MODE == WGRAD) {
-        const int valid = rows - kb * BK; // reduction lines of this stage inside the expert
-        if (valid < BK) { // tail: zero lines [valid, BK) of this consumer's A box and of
-                          // every other B box (c, c + 2, ...), then publish to both consumers
-          const u32 from = valid * 128;
-          for (u32 off = from + 16 * wt; off < BOX_BYTES; off += 16 * 128) {
-            st_zero16(a_s + c * BOX_BYTES + off);
+    // Descriptors of a stage's operands: A from the consumer's first row
+    // (K-major) or its 64-column box (WGRAD's M-major dY^T).
+    const auto desc_a = [&](u32 a_s) {
+      return TA ? desc_mn_sw128(a_s + c * BOX_BYTES) : wgmma_desc_sw128(a_s + cr.first * 128);
+    };
+    const auto desc_b = [&](u32 b_s) { return TB ? desc_mn_sw128(b_s) : wgmma_desc_sw128(b_s); };
+    constexpr int AK = TA ? 128 : 2, BK16 = TB ? 128 : 2; // k16 descriptor steps
+    if (cr.narrow)
+      ggemm::consume_stages<STAGES>(bars, kt, lane, s, ph, [&](int st, int kb) {
+        ggemm::mma_stage<Mma<BN, TA, TB>, 1, AK, BK16>(accs, desc_a(sa + st * A_BYTES),
+                                                       desc_b(sb + st * B_BYTES), kb);
+      });
+    else
+      ggemm::consume_stages<STAGES>(bars, kt, lane, s, ph, [&](int st, int kb) {
+        const u32 a_s = sa + st * A_BYTES, b_s = sb + st * B_BYTES;
+        if (MODE == WGRAD) {
+          const int valid = rows - kb * BK; // reduction lines of this stage inside the expert
+          if (valid < BK) { // tail: zero lines [valid, BK) of this consumer's A box and of
+                            // every other B box (c, c + 2, ...), then publish to both consumers
+            const u32 from = valid * 128;
+            for (u32 off = from + 16 * wt; off < BOX_BYTES; off += 16 * 128) {
+              st_zero16(a_s + c * BOX_BYTES + off);
 #pragma unroll
-            for (int i = c; i < BN / 64; i += 2) st_zero16(b_s + i * BOX_BYTES + off);
+              for (int i = c; i < BN / 64; i += 2) st_zero16(b_s + i * BOX_BYTES + off);
+            }
+            fence_proxy_async();
+            bar_sync(1, 256);
           }
-          fence_proxy_async();
-          bar_sync(1, 256);
-        }
-        if (want_db) { // column sums of dY: column wt % 64 of box c, lines (wt / 64) * 32 ..+32
-          const int col = wt % 64;
-          const u32 base = a_s + c * BOX_BYTES + (wt / 64) * 32 * 128 + (col % 8) * 2;
+          if (want_db) { // column sums of dY: column wt % 64 of box c, lines (wt / 64) * 32 ..+32
+            const int col = wt % 64;
+            const u32 base = a_s + c * BOX_BYTES + (wt / 64) * 32 * 128 + (col % 8) * 2;
 #pragma unroll 8
-          for (int r = 0; r < 32; r++) // line r of the half: chunk (col / 8) ^ (r % 8)
-            db += ld_bf16(base + r * 128 + (((col / 8) ^ (r % 8)) * 16));
+            for (int r = 0; r < 32; r++) // line r of the half: chunk (col / 8) ^ (r % 8)
+              db += ld_bf16(base + r * 128 + (((col / 8) ^ (r % 8)) * 16));
+          }
         }
-      }
-      wgmma_fence();
-      u64 da, dbd;
-      if (TA) da = desc_mn_sw128(a_s + c * BOX_BYTES);
-      else da = wgmma_desc_sw128(a_s + c * RC * 128);
-      if (TB) dbd = desc_mn_sw128(b_s);
-      else dbd = wgmma_desc_sw128(b_s);
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; kk++) // k16 step: K-major +32 B (2), MN-major +2048 B (128)
-#pragma unroll
-        for (int h = 0; h < SUB; h++) // sub-block h (K-major A): 64 rows = 8192 B (>> 4: 512) further
-          Mma<BN, TA, TB>::mma(accs[h], da + 512 * h + (TA ? 128 : 2) * kk,
-                               dbd + (TB ? 128 : 2) * kk, (kb | kk) != 0);
-      wgmma_commit();
-      if (kb > 0) { // the previous step's MMAs are done reading its stage
-        wgmma_wait<1>();
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-      }
-      prev = s;
-      if (++s == STAGES) s = 0, ph ^= 1;
-    }
-    wgmma_wait<0>();
-    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+        ggemm::mma_stage<Mma<BN, TA, TB>, SUB, AK, BK16>(accs, desc_a(a_s), desc_b(b_s), kb);
+      });
 
 #pragma unroll
     for (int sub = 0; sub < SUB; sub++) { // the epilogue of m64 sub-block sub
+      if (sub > 0 && cr.narrow) break;
       const float(&acc)[BN / 2] = accs[sub];
-      const int r = c * RC + sub * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the tile
+      const int r = cr.first + sub * CONSUMER_ROWS + warp * 16 + lane / 4; // row within the tile
       const int col = n0 + 2 * (lane % 4);
       const int grow = row0 + m0 + r;
-      const bool ok0 = r < left && grow < max_rows, ok1 = r + 8 < left && grow + 8 < max_rows;
+      const bool ok0 = r < tile_rows && grow < max_rows, ok1 = r + 8 < tile_rows && grow + 8 < max_rows;
       if (MODE == DGRAD) { // dX rows of the expert (and < max_rows), columns < K
         ggemm::store_rows<K, BN, BN>(static_cast<bf16_t *>(o.y), acc, grow, ok0, ok1, col);
       } else if (MODE == DGLU) { // dact (K = F columns) -> dh [rows, 2F] = (dgate, dup)

@@ -230,11 +230,12 @@ int main(void) {
   /* Tall tiles (max_rows >= tall_rows_per_expert * E, see case_counts'
    * lines; max_rows >= 512 * E): an empty expert, 511 rows (a second tile
    * of 255: the second consumer's second m64 half partly past the end),
-   * 1025 rows (a fifth tile of one row: one A box loaded), 640 rows (a
-   * third tile of exactly 128: one box, the second consumer idle), N and K
-   * not tile multiples. */
-  const int32_t ct[4] = {1025, 0, 511, 640};
-  case_counts("E=4 tall tiles, N,K not tile multiples", 4, 520, 200, ct);
+   * 1025 rows (a fifth tile of one row: one A box loaded, run narrow with
+   * the second consumer idle), 640 rows (a third tile of exactly 128: narrow,
+   * 64 rows a consumer), 612 rows (a third tile of 100: narrow, the second
+   * consumer's 64 rows partly past the end), N and K not tile multiples. */
+  const int32_t ct[5] = {1025, 0, 511, 640, 612};
+  case_counts("E=5 tall tiles, N,K not tile multiples", 5, 520, 200, ct);
   const int32_t cg[3] = {5, 0, 70}, cd[2] = {3, 70};
   case_counts("gpt-oss shapes (E=3)", 3, 2880, 2880, cg);
   case_counts("deepseek-v3 shapes (E=2)", 2, 7168, 2048, cd);

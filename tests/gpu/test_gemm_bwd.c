@@ -467,11 +467,10 @@ int main(void) {
   case_counts("E=4 {0,1,127,300}", 4, 512, 256, c4, ALL);
   case_counts("E=4 N,K not tile multiples", 4, 520, 200, c4b, ALL);
   case_counts("E=1", 1, 256, 384, c1, ALL);
-  /* Tall tiles (max_rows >= 512 * E): an empty expert, 511 rows (a second
-   * tile of 255: the second consumer's second m64 half partly past the
-   * end), 1025 rows (a fifth tile of one row), N and K not tile multiples. */
-  const int32_t ct[4] = {1025, 0, 511, 640}; /* as test_gemm.c's tall case */
-  case_counts("E=4 tall tiles, N,K not tile multiples", 4, 520, 200, ct, ALL);
+  /* Tall tiles (max_rows >= 512 * E): as test_gemm.c's tall case (full,
+   * partial and narrow last tiles), N and K not tile multiples. */
+  const int32_t ct[5] = {1025, 0, 511, 640, 612};
+  case_counts("E=5 tall tiles, N,K not tile multiples", 5, 520, 200, ct, ALL);
   int32_t c130[130], c256[256], c8[8];
   random_counts(c130, 130, 40);
   case_counts("E=130 random counts", 130, 256, 128, c130, ALL);
