@@ -39,9 +39,14 @@ moegen_module *bench_module(const bench_model *md, const char *stage, int T);
 
 /* Prints {"stage", "peer": "moegen", "model", "tokens", "error"}. */
 void bench_error(const char *stage, const bench_model *md, int T, const char *why);
+void bench_error_peer(const char *stage, const char *peer, const bench_model *md, int T,
+                      const char *why);
 
 /* Prints a timing line; `extra` is more JSON members (", \"gbps\": 1.0") or "". */
 void bench_result(const char *stage, const bench_model *md, int T, float ms, const char *extra);
+/* The same for another peer's timing (the GEMM stages' "cublaslt"). */
+void bench_peer_result(const char *stage, const char *peer, const bench_model *md, int T, float ms,
+                       const char *extra);
 
 /* The stages (bench/stage_*.c). */
 void bench_router(const bench_model *md, int T, void *flush);

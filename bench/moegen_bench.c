@@ -103,16 +103,26 @@ moegen_config bench_config_of(const bench_model *md) {
   return c;
 }
 
+void bench_error_peer(const char *stage, const char *peer, const bench_model *md, int T,
+                      const char *why) {
+  printf("{\"stage\": \"%s\", \"peer\": \"%s\", \"model\": \"%s\", \"tokens\": %d, "
+         "\"error\": \"%s\"}\n", stage, peer, md->name, T, why);
+  fflush(stdout);
+}
+
 void bench_error(const char *stage, const bench_model *md, int T, const char *why) {
-  printf("{\"stage\": \"%s\", \"peer\": \"moegen\", \"model\": \"%s\", \"tokens\": %d, "
-         "\"error\": \"%s\"}\n", stage, md->name, T, why);
+  bench_error_peer(stage, "moegen", md, T, why);
+}
+
+void bench_peer_result(const char *stage, const char *peer, const bench_model *md, int T, float ms,
+                       const char *extra) {
+  printf("{\"stage\": \"%s\", \"peer\": \"%s\", \"model\": \"%s\", \"tokens\": %d, "
+         "\"ms\": %.6f%s}\n", stage, peer, md->name, T, ms, extra);
   fflush(stdout);
 }
 
 void bench_result(const char *stage, const bench_model *md, int T, float ms, const char *extra) {
-  printf("{\"stage\": \"%s\", \"peer\": \"moegen\", \"model\": \"%s\", \"tokens\": %d, "
-         "\"ms\": %.6f%s}\n", stage, md->name, T, ms, extra);
-  fflush(stdout);
+  bench_peer_result(stage, "moegen", md, T, ms, extra);
 }
 
 static const char *bench_arch; /* --arch, or NULL: the device's */

@@ -3,11 +3,15 @@
  * as peers.py's stage_gemm times torch._grouped_mm and a cuBLAS loop:
  * gemm1 [rows, H] x [E, 2F, H]^T, gemm2 [rows, F] x [E, H, F]^T, bf16,
  * tflops = 2 * rows * N * K / time. Before timing, sampled rows of y are
- * checked against the CPU reference (all N columns of 8 random rows). */
+ * checked against the CPU reference (all N columns of 8 random rows).
+ * Every GEMM stage also times the cuBLASLt reference (tests/gpu/cublaslt.h,
+ * one cublasLtMatmul per expert, bf16 out) as peer "cublaslt", after the
+ * same check, when libcublasLt.so.13 loads. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
+#include "cublaslt.h"
 #include "half.h"
 
 /* Inputs repeat a random block of PERIOD bf16 values (odd, so rows differ):
@@ -67,13 +71,53 @@ static int check_rows(const moegen_gemm_fwd_args *a, const int32_t *counts, int 
   return bad;
 }
 
-/* The timing line of a GEMM stage, with peers.py's FLOPs: 2 rows N K. */
+/* The timing line of a GEMM stage for `peer`, with peers.py's FLOPs: 2 rows N K. */
 static void gemm_result(const char *stage, const bench_model *md, int T, float ms, int rows, int N,
-                        int K) {
+                        int K, const char *peer) {
   char extra[128];
   snprintf(extra, sizeof extra, ", \"tflops\": %.1f, \"rows\": %d, \"K\": %d, \"N\": %d",
            2.0 * rows * N * K / ms / 1e9, rows, K, N);
-  bench_result(stage, md, T, ms, extra);
+  bench_peer_result(stage, peer, md, T, ms, extra);
+}
+
+/* The process's cuBLASLt, opened at first use; NULL (said once) when it
+ * does not load. */
+static lt_ctx *lt(void) {
+  static lt_ctx *c;
+  static int tried;
+  if (!tried) {
+    char why[256];
+    tried = 1;
+    c = lt_open(why, sizeof why);
+    if (!c) fprintf(stderr, "moegen-bench: no cublaslt peer: %s\n", why);
+  }
+  return c;
+}
+
+typedef struct lt_op_ctx {
+  const lt_grouped *g;
+  const void *a, *b;
+  void *d;
+} lt_op_ctx;
+
+static moegen_status lt_op(void *ctx, CUstream s) {
+  const lt_op_ctx *c = ctx;
+  return lt_grouped_run(c->g, c->a, c->b, c->d, s) ? MOEGEN_ERR_CUDA : MOEGEN_OK;
+}
+
+/* Plans kind's cuBLASLt calls for counts (bf16 D) and runs them once into d;
+ * NULL (an error line for stage) if cuBLASLt is missing or fails. */
+static lt_grouped *lt_prepare(const char *stage, const bench_model *md, int T, lt_kind kind,
+                              const int32_t *counts, int N, int K, lt_op_ctx *op) {
+  if (!lt()) return NULL;
+  char why[256];
+  lt_grouped *g = lt_grouped_plan(lt(), kind, md->E, counts, N, K, 0, why, sizeof why);
+  op->g = g;
+  if (g && lt_op(op, NULL) != MOEGEN_OK) snprintf(why, sizeof why, "cublasLtMatmul failed");
+  else if (g) return g;
+  bench_error_peer(stage, "cublaslt", md, T, why);
+  lt_grouped_free(g);
+  return NULL;
 }
 
 static void bench_gemm(const bench_model *md, int T, moegen_gemm_id which, void *flush) {
@@ -111,7 +155,16 @@ static void bench_gemm(const bench_model *md, int T, moegen_gemm_id which, void 
     bench_error(stage, md, T, "output differs from the CPU reference");
   } else {
     float ms = bench_time_op(gemm_op, &ctx, flush);
-    gemm_result(stage, md, T, ms, rows, N, K);
+    gemm_result(stage, md, T, ms, rows, N, K, "moegen");
+    lt_op_ctx op = {.a = x, .b = w, .d = y};
+    gpu_poison(y, 2 * (size_t)rows * N);
+    lt_grouped *g = lt_prepare(stage, md, T, LT_FWD, counts, N, K, &op);
+    CU(gpu_drv->cuCtxSynchronize());
+    if (g && check_rows(&ctx.a, counts, E, N, K, xb, wb))
+      bench_error_peer(stage, "cublaslt", md, T, "output differs from the CPU reference");
+    else if (g)
+      gemm_result(stage, md, T, bench_time_op(lt_op, &op, flush), rows, N, K, "cublaslt");
+    lt_grouped_free(g);
   }
   gpu_free(x); gpu_free(w); gpu_free(y); gpu_free(dcounts);
   free(counts); free(block); free(xb); free(wb);
@@ -206,7 +259,18 @@ static void bench_gemm1_bwd(const bench_model *md, int T, int wgrad, void *flush
     bench_error(stage, md, T, "output differs from the CPU reference");
   } else {
     float ms = bench_time_op(gemm_bwd_op, &ctx, flush);
-    gemm_result(stage, md, T, ms, rows, N, K);
+    gemm_result(stage, md, T, ms, rows, N, K, "moegen");
+    /* cuBLASLt writes no dW_e of an empty expert: zeros there, as moegen's */
+    if (wgrad) CU(gpu_drv->cuMemsetD8Async((CUdeviceptr)(uintptr_t)out, 0, 2 * (size_t)E * N * K, NULL));
+    else gpu_poison(out, 2 * (size_t)rows * K);
+    lt_op_ctx op = {.a = dev[2], .b = wgrad ? dev[0] : dev[1], .d = out};
+    lt_grouped *g = lt_prepare(stage, md, T, wgrad ? LT_WGRAD : LT_DGRAD, counts, N, K, &op);
+    CU(gpu_drv->cuCtxSynchronize());
+    if (g && check_bwd(&ctx, counts, E, N, K, xb, wb, dyb))
+      bench_error_peer(stage, "cublaslt", md, T, "output differs from the CPU reference");
+    else if (g)
+      gemm_result(stage, md, T, bench_time_op(lt_op, &op, flush), rows, N, K, "cublaslt");
+    lt_grouped_free(g);
   }
   for (int b = 0; b < 3; b++) gpu_free(dev[b]);
   gpu_free(out); gpu_free(dcounts);

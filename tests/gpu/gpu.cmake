@@ -9,10 +9,14 @@ moegen_add_test(test_gemm_gpu SOURCES gpu/test_gemm.c LABELS gpu)
 set_tests_properties(test_gemm_gpu PROPERTIES TIMEOUT 600)
 moegen_add_test(test_gemm_bwd_gpu SOURCES gpu/test_gemm_bwd.c LABELS gpu)
 set_tests_properties(test_gemm_bwd_gpu PROPERTIES TIMEOUT 900)
+# The GEMMs at the models' real shapes against cuBLASLt (tests/gpu/cublaslt.h).
+moegen_add_test(test_gemm_cublas_gpu SOURCES gpu/test_gemm_cublas.c LABELS gpu LIBS moegen_cublaslt)
+set_tests_properties(test_gemm_cublas_gpu PROPERTIES TIMEOUT 900)
 # The same GEMM and layer tests on the portable mma.sync GEMM (modules for
 # the device's arch without the 'a': sm_90 on Hopper; tests/gpu/check.h).
-foreach(t gemm gemm_bwd layer)
-  moegen_add_test(test_${t}_portable_gpu SOURCES gpu/test_${t}.c LABELS gpu ENV MOEGEN_TEST_PORTABLE=1)
+foreach(t gemm gemm_bwd layer gemm_cublas)
+  moegen_add_test(test_${t}_portable_gpu SOURCES gpu/test_${t}.c LABELS gpu ENV MOEGEN_TEST_PORTABLE=1
+    LIBS moegen_cublaslt)
   set_tests_properties(test_${t}_portable_gpu PROPERTIES TIMEOUT 900)
 endforeach()
 moegen_add_test(test_permute_gpu SOURCES gpu/test_permute.c LABELS gpu)
