@@ -26,8 +26,9 @@ typedef struct bench_model {
 /* One call of the op being timed, launched on stream s. */
 typedef moegen_status (*bench_op_fn)(void *ctx, CUstream s);
 
-/* Median ms of one call of op (200 calls after 20 warm-ups), the L2 flushed
- * by a BENCH_FLUSH_BYTES memset before each call. */
+/* Median ms of one call of op (200 calls after 20 warm-ups, fewer for calls
+ * over 10 ms: moegen_bench.c), the L2 flushed by a BENCH_FLUSH_BYTES memset
+ * before each call. */
 float bench_time_op(bench_op_fn op, void *ctx, void *flush);
 
 /* The model's config with logits in bf16 (as peers.py feeds them). */

@@ -10,7 +10,8 @@
  * for 200 ms. The budget counts the calls as the last warm-up took (warm
  * L2), not the flushes between them.
  * Each configuration is checked against the CPU reference before it is
- * timed.
+ * timed. The GEMM stages also print "peer": "cublaslt" lines (the cuBLASLt
+ * loop of tests/gpu/cublaslt.h, checked the same way).
  *
  * Usage: moegen-bench [--models a,b] [--tokens 256,4096,16384] [--stages router,...]
  *                     [--arch sm_XY]

@@ -200,7 +200,7 @@ static moegen_status check_permute(moegen_module *m, const moegen_permute_plan *
 moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a, CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_permute_plan *p;
-  int nv;
+  int nv = 0; /* set by check_common on success */
   moegen_status st = plan_of(m, "permute_fwd", &p);
   if (st == MOEGEN_OK) st = check_permute(m, p, a, &nv);
   if (st != MOEGEN_OK) return st;
@@ -252,7 +252,7 @@ moegen_status moegen_unpermute_fwd(moegen_module *m, const moegen_unpermute_args
                                    CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_permute_plan *p;
-  int nv;
+  int nv = 0; /* set by check_common on success */
   moegen_status st = plan_of(m, "unpermute_fwd", &p);
   if (st == MOEGEN_OK) st = check_common(m, p, "unpermute_fwd", a->num_tokens, a->dtype, &nv);
   if (st != MOEGEN_OK || a->num_tokens == 0) return st;
@@ -270,7 +270,7 @@ moegen_status moegen_permute_bwd(moegen_module *m, const moegen_permute_bwd_args
                                  CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_permute_plan *p;
-  int nv;
+  int nv = 0; /* set by check_common on success */
   moegen_status st = plan_of(m, "permute_bwd", &p);
   if (st == MOEGEN_OK) st = check_common(m, p, "permute_bwd", a->num_tokens, a->dtype, &nv);
   if (st != MOEGEN_OK || a->num_tokens == 0) return st;
@@ -302,7 +302,7 @@ moegen_status moegen_unpermute_bwd(moegen_module *m, const moegen_unpermute_bwd_
                                    CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_permute_plan *p;
-  int nv;
+  int nv = 0; /* set by check_common on success */
   moegen_status st = plan_of(m, "unpermute_bwd", &p);
   if (st == MOEGEN_OK) st = check_common(m, p, "unpermute_bwd", a->num_tokens, a->dtype, &nv);
   if (st != MOEGEN_OK) return st;
@@ -335,7 +335,7 @@ moegen_status moegen_sort_chunks(moegen_module *m, const moegen_sort_chunks_args
                                  CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_permute_plan *p;
-  int nv;
+  int nv = 0; /* set by check_common on success */
   moegen_status st = plan_of(m, "sort_chunks", &p);
   if (st == MOEGEN_OK && (a->num_rows < 0 || a->num_rows > INT32_MAX))
     st = moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
