@@ -2398,9 +2398,10 @@ __device__ __forceinline__ void mma_stage(float (&acc)[SUB][REGS], u64 da, u64 d
 // consumer c's rows [c TBM/2, (c+1) TBM/2) as SUB m64 sub-blocks; but a
 // tall tile (SUB > 1) holding at most TBM/2 rows of its expert (the
 // expert's last) runs narrow: rows [64c, 64c + 64), one sub-block each,
-// so it costs about half a full tile, as a 128-row tile would (bench/
-// RESULTS.md run 13: without this, such a tile took as long as a full one).
-// The branch is uniform over the CTA.
+// half the MMAs of a full tile on the same A and B bytes (bench/RESULTS.md
+// run 13: -2 to -4% for the 256 x 128 kernels of the layer, nothing for
+// the 256 x 192 ones, whose tiles are bound by L2 bytes). The branch is
+// uniform over the CTA.
 struct Rows {
   int first; // the consumer's first row in the tile
   int left;  // rows of the expert from it on (<= 0: none, skip the tile)
