@@ -2399,9 +2399,9 @@ __device__ __forceinline__ void mma_stage(float (&acc)[SUB][REGS], u64 da, u64 d
 // tall tile (SUB > 1) holding at most TBM/2 rows of its expert (the
 // expert's last) runs narrow: rows [64c, 64c + 64), one sub-block each,
 // half the MMAs of a full tile on the same A and B bytes (bench/RESULTS.md
-// run 13: -2 to -4% for the 256 x 128 kernels of the layer, nothing for
-// the 256 x 192 ones, whose tiles are bound by L2 bytes). The branch is
-// uniform over the CTA.
+// run 13: the layer -0.2 to -3.7% in two calls, about the run-to-run
+// spread; nothing for gemm1's 256 x 192 tiles, which L2 bytes bound). The
+// branch is uniform over the CTA.
 struct Rows {
   int first; // the consumer's first row in the tile
   int left;  // rows of the expert from it on (<= 0: none, skip the tile)
