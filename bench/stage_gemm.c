@@ -111,7 +111,7 @@ static lt_grouped *lt_prepare(const char *stage, const bench_model *md, int T, l
                               const int32_t *counts, int N, int K, lt_op_ctx *op) {
   if (!lt()) return NULL;
   char why[256];
-  lt_grouped *g = lt_grouped_plan(lt(), kind, md->E, counts, N, K, 0, why, sizeof why);
+  lt_grouped *g = lt_grouped_plan(lt(), kind, counts, 0, md->E, N, K, 0, why, sizeof why);
   op->g = g;
   if (g && lt_op(op, NULL) != MOEGEN_OK) snprintf(why, sizeof why, "cublasLtMatmul failed");
   else if (g) return g;

@@ -31,8 +31,10 @@ enum {
   LT_DESC_TRANSA = 3,           /* CUBLASLT_MATMUL_DESC_TRANSA */
   LT_DESC_TRANSB = 4,           /* CUBLASLT_MATMUL_DESC_TRANSB */
   LT_PREF_MAX_WORKSPACE = 1,    /* CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES */
+  LT_PREF_ALIGN_A = 5,          /* CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (then B, C, D) */
   LT_OP_N = 0, LT_OP_T = 1,     /* cublasOperation_t */
-  LT_WORKSPACE = 32 << 20
+  LT_WORKSPACE = 32 << 20,
+  LT_BASE_ALIGN = 256           /* lt_grouped_run's a, b, d */
 };
 
 typedef struct lt_api {
@@ -122,8 +124,7 @@ lt_ctx *lt_open(char *why, size_t why_len) {
   if (st || moegen_driver_get(&drv, why, why_len) != MOEGEN_OK ||
       drv->cuMemAlloc(&c->ws, LT_WORKSPACE)) {
     if (st) snprintf(why, why_len, "cublasLtCreate failed (status %d)", st);
-    else if (!drv) snprintf(why, why_len, "no CUDA driver");
-    else snprintf(why, why_len, "cannot allocate the cuBLASLt workspace");
+    else if (drv) snprintf(why, why_len, "cannot allocate the cuBLASLt workspace");
     if (!st) c->api.destroy(c->h);
     dlclose(c->lib);
     return free(c), NULL;
@@ -153,14 +154,28 @@ void lt_grouped_free(lt_grouped *g) {
   free(g);
 }
 
+/* The largest power of two (<= LT_BASE_ALIGN) dividing `bytes`. */
+static uint32_t alignment_of(size_t bytes) {
+  uint32_t a = LT_BASE_ALIGN;
+  while (a > 1 && bytes % a) a /= 2;
+  return a;
+}
+
 /* Row-major D [m, n] = L_A [m, k] L_B [k, n], where the A buffer holds L_A
  * row-major (ta = 0) or L_A^T (ta = 1), the B buffer L_B (tb = 0) or L_B^T
  * (tb = 1). Column-major, D is D^T = L_B^T L_A^T: cuBLASLt's A is our B
- * buffer (a [k, n] row-major buffer is n x k column-major), its B our A. */
+ * buffer (a [k, n] row-major buffer is n x k column-major), its B our A.
+ * The heuristic is told each operand's alignment (call's offsets from
+ * LT_BASE_ALIGN-aligned buffers; it assumes 256 bytes otherwise). */
 static lt_status make_call(const lt_ctx *c, const lt_grouped *g, lt_pref pref, int m, int n, int k,
                            int ta, int tb, lt_call *call) {
   const lt_api *api = &c->api;
-  lt_status st = tb ? api->layout_create(&call->la, LT_R_16BF, k, n, k)
+  const size_t d_size = g->d_fp32 ? 4 : 2;
+  const uint32_t align[4] = {alignment_of(2 * call->b_off), alignment_of(2 * call->a_off),
+                             alignment_of(d_size * call->d_off), alignment_of(d_size * call->d_off)};
+  lt_status st = 0;
+  for (int i = 0; i < 4 && !st; i++) st = api->pref_set(pref, LT_PREF_ALIGN_A + i, &align[i], 4);
+  if (!st) st = tb ? api->layout_create(&call->la, LT_R_16BF, k, n, k)
                     : api->layout_create(&call->la, LT_R_16BF, n, k, n);
   if (!st) st = ta ? api->layout_create(&call->lb, LT_R_16BF, m, k, m)
                    : api->layout_create(&call->lb, LT_R_16BF, k, m, k);
@@ -174,13 +189,13 @@ static lt_status make_call(const lt_ctx *c, const lt_grouped *g, lt_pref pref, i
   return st;
 }
 
-lt_grouped *lt_grouped_plan(lt_ctx *c, lt_kind kind, int E, const int32_t *counts, int N, int K,
-                            int d_fp32, char *why, size_t why_len) {
+lt_grouped *lt_grouped_plan(lt_ctx *c, lt_kind kind, const int32_t *counts, int e0, int ne, int N,
+                            int K, int d_fp32, char *why, size_t why_len) {
   const lt_api *api = &c->api;
   lt_grouped *g = calloc(1, sizeof *g);
   g->c = c;
   g->d_fp32 = d_fp32;
-  g->calls = calloc((size_t)E, sizeof *g->calls);
+  g->calls = calloc((size_t)ne + 1, sizeof *g->calls);
   const int ta = kind == LT_WGRAD, tb = kind == LT_FWD;
   const int op_a = tb ? LT_OP_T : LT_OP_N, op_b = ta ? LT_OP_T : LT_OP_N; /* cuBLASLt's A, B */
   lt_pref pref = NULL;
@@ -191,7 +206,8 @@ lt_grouped *lt_grouped_plan(lt_ctx *c, lt_kind kind, int E, const int32_t *count
   if (!st) st = api->pref_create(&pref);
   if (!st) st = api->pref_set(pref, LT_PREF_MAX_WORKSPACE, &ws, sizeof ws);
   size_t row0 = 0;
-  for (int e = 0; e < E && !st; row0 += (size_t)counts[e++]) {
+  for (int e = 0; e < e0; e++) row0 += (size_t)counts[e];
+  for (int e = e0; e < e0 + ne && !st; row0 += (size_t)counts[e++]) {
     const int me = counts[e];
     if (me <= 0) continue;
     lt_call *call = &g->calls[g->n_calls];
@@ -202,7 +218,7 @@ lt_grouped *lt_grouped_plan(lt_ctx *c, lt_kind kind, int E, const int32_t *count
       *call = (lt_call){.a_off = row0 * N, .b_off = (size_t)e * N * K, .d_off = row0 * K};
       st = make_call(c, g, pref, me, K, N, ta, tb, call);
     } else { /* [me, N]^T x [me, K] */
-      *call = (lt_call){.a_off = row0 * N, .b_off = row0 * K, .d_off = (size_t)e * N * K};
+      *call = (lt_call){.a_off = row0 * N, .b_off = row0 * K, .d_off = (size_t)(e - e0) * N * K};
       st = make_call(c, g, pref, N, K, me, ta, tb, call);
     }
     g->n_calls++; /* freed with the plan even when make_call failed part way */
@@ -218,6 +234,7 @@ lt_grouped *lt_grouped_plan(lt_ctx *c, lt_kind kind, int E, const int32_t *count
 
 int lt_grouped_run(const lt_grouped *g, const void *a, const void *b, void *d, CUstream s) {
   const lt_api *api = &g->c->api;
+  if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)d) % LT_BASE_ALIGN) return -1;
   const float one = 1.f, zero = 0.f;
   const size_t d_size = g->d_fp32 ? 4 : 2;
   for (int i = 0; i < g->n_calls; i++) {

@@ -29,16 +29,21 @@ typedef enum lt_kind { LT_FWD, LT_DGRAD, LT_WGRAD } lt_kind;
 lt_ctx *lt_open(char *why, size_t why_len);
 void lt_close(lt_ctx *c);
 
-/* Prepares kind's per-expert calls for counts[E] (host, >= 0) with the
- * forward's N and K: layouts and the heuristic's best algorithm per call.
- * d_fp32: D in fp32, else bf16. NULL (the reason in why) on a cuBLASLt error. */
-lt_grouped *lt_grouped_plan(lt_ctx *c, lt_kind kind, int E, const int32_t *counts, int N, int K,
-                            int d_fp32, char *why, size_t why_len);
+/* Prepares kind's calls for experts [e0, e0 + ne) of counts[e0 + ne]
+ * (host, >= 0; rows of expert e start at the sum of the counts before it)
+ * with the forward's N and K: layouts and the heuristic's best algorithm
+ * per call. D's rows are those of the whole buffer (LT_FWD, LT_DGRAD); for
+ * LT_WGRAD D holds the ne experts' dW_e only. d_fp32: D in fp32, else bf16.
+ * NULL (the reason in why) on a cuBLASLt error. */
+lt_grouped *lt_grouped_plan(lt_ctx *c, lt_kind kind, const int32_t *counts, int e0, int ne, int N,
+                            int K, int d_fp32, char *why, size_t why_len);
 void lt_grouped_free(lt_grouped *g);
 
 /* Runs the prepared calls on stream s: writes D's rows of every expert
  * (LT_WGRAD: dW_e of every expert with m_e > 0; empty experts' dW_e are left
- * untouched). 0 on success, else the cuBLASLt status. */
+ * untouched). a, b and d must be 256-byte aligned (cuMemAlloc's; the plan
+ * told the heuristic each call's alignment from there). 0 on success, -1
+ * for a misaligned buffer, else the cuBLASLt status. */
 int lt_grouped_run(const lt_grouped *g, const void *a, const void *b, void *d, CUstream s);
 
 #endif
