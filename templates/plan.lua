@@ -209,10 +209,10 @@ end
 --    expert's end skips its MMAs, so 8-row experts cost 64-row MMAs (1.6 ms
 --    of tensor time at peak), hidden under the weight stream.
 --  * BN is the candidate with the fewest padded columns (gpt-oss N = 2880 and
---    5760 are multiples of 192, not 256); registers: 40 for the producer,
---    232 for the consumers (128 * 40 + 256 * 232 = 64512 <= 65536).
---  * tall tiles (run 6, bench/RESULTS.md), 256 x 128 (gemm1: 256 x 192,
---    gemm_bn): ncu on DeepSeek-V3
+--    5760 are multiples of 192, not 256); registers: 24 for the producer,
+--    240 for the consumers (128 * 24 + 256 * 240 = 64512 <= 65536).
+--  * tall tiles (run 6, bench/RESULTS.md), 256 x 128 (gemm2) or 256 x 192 (the
+--    others where 192 moves fewer bytes, gemm_bn): ncu on DeepSeek-V3
 --    gemm1 at T = 16384 (512 rows per expert) showed DRAM 88% busy, 82 GB
 --    moved for 17 GB of operands, L2 hit rate 33%: the 4-5 CTAs that read
 --    each weight tile drift apart by more than an L2 lifetime (50 MB at
@@ -220,7 +220,7 @@ end
 --    each weight tile for twice the rows inside one CTA: weight traffic
 --    x4.5 -> x2.5 of the 15 GB; same smem bytes per step (A 32 + B 16 KiB),
 --    each consumer runs two m64n128 wgmmas per k16 (128 accumulators;
---    gemm1's 256 x 192: B 24 KiB, m64n192, 192 accumulators).
+--    256 x 192: B 24 KiB, m64n192, 192 accumulators).
 --    A call takes the tall kernels only with max_rows >= GEMM_TALL_ROWS * E
 --    (below 256 rows per expert the second consumer would idle).
 --    Predicted: DeepSeek-V3 gemm1 T = 16384 21.6 -> ~15 ms. Measured (run
@@ -255,10 +255,14 @@ end
 -- by L2 traffic (bench/RESULTS.md run 10), and 192 cuts those bytes by
 -- ~20%. Predicted: up to -20% if L2 traffic alone bound it. Measured
 -- (H200, run 11, T = 16384): gemm1 DeepSeek-V3 17.31 -> 16.50 ms, Mixtral
--- 13.46 -> 12.86, gpt-oss and Qwen3 -1%. The other tall kernels keep 128:
--- gemm2 with 192 was 1-3% slower at T = 16384 for DeepSeek-V3, gpt-oss and
--- Qwen3 (Mixtral -0.1%) and 5% slower for Mixtral at T = 4096 (704 tiles on
--- 132 SMs: 5.3 waves); the backward's accumulators stay at 128 registers.
+-- 13.46 -> 12.86, gpt-oss and Qwen3 -1%. wide is set for gemm1, the
+-- SwiGLU forward and the tall dgrad / dgrad + SwiGLU kernels (run 15, the
+-- layer at T = 16384: DeepSeek-V3 layer_fwd -10 / -15%, layer_fwd_bwd -8 /
+-- -9% in two calls, Mixtral layer_fwd_bwd -7 / -6%, Qwen3 and gpt-oss -0 to
+-- -3%; the gemm1_dgrad stage: Mixtral -8 / -15%, gpt-oss -6%, DeepSeek-V3
+-- +3 / +4%). gemm2's forward keeps 128: with 192 it was 1-3% slower at
+-- T = 16384 for DeepSeek-V3, gpt-oss and Qwen3 (Mixtral -0.1%) and 5%
+-- slower for Mixtral at T = 4096 (704 tiles on 132 SMs: 5.3 waves).
 local function gemm_bn(N, bm, wide)
   local bn, cost
   for _, cand in ipairs(bm == 256 and (wide and { 192, 128 } or { 128 }) or { 256, 192, 128 }) do
@@ -293,6 +297,15 @@ end
 --    memory hold the bias-grad partial sums of the two consumers.
 --  * glu (gemm1 only): the forward with gate columns [0, F) and up columns
 --    [F, 2F) of one tile side by side (bn / 2 of each), act = silu(gate) * up.
+--    Its plan is gemm1's (gemm_kernel_plan(2F, H, ...)): the same bn
+--    minimizes the padded act columns (128 rows) and the operand bytes
+--    (256 rows, 192 or 128 wide). The tall 256 x 192 SwiGLU tile holds 192
+--    accumulators a consumer thread live through store_glu; it takes
+--    CONSUMER_REGS = 240 and stores row by row.
+--    Predicted (gemm1's 192-wide tiles measured -4.4 to -4.7% on
+--    DeepSeek-V3 and Mixtral, run 11): the layer's GLU GEMM ~-4%, the
+--    layer forward ~-2% at T = 16384; measured (run 15) -10 / -15% for
+--    DeepSeek-V3's layer forward, -0 to -3% for the other three models.
 local GEMM_DB_BYTES = 512
 
 local function gemm_stages(E, bn, extra, bm)
@@ -301,25 +314,13 @@ local function gemm_stages(E, bn, extra, bm)
   return stages
 end
 
--- bm: 128, or 256 for the tall kernels (dgrad only).
+-- bm: 128, or 256 for the tall kernels (dgrad only; their tile width by
+-- operand bytes, as gemm1's: gemm_bn).
 local function gemm_bwd_kernel_plan(N, K, E, extra, bm)
-  local p = gemm_kernel_plan(K, N, E, bm) -- bn picked for the k output columns
+  local p = gemm_kernel_plan(K, N, E, bm, true) -- bn picked for the k output columns
   p.n, p.k = N, K
   p.stages = gemm_stages(E, p.bn, extra, p.bm)
   p.smem_bytes = gemm_smem(E, p.bn, p.stages, p.bm) + extra
-  return p
-end
-
-local function gemm_glu_kernel_plan(F, H, E, bm)
-  local bn, waste
-  for _, cand in ipairs(bm == 256 and { 128 } or { 256, 192, 128 }) do
-    local w = (F + cand // 2 - 1) // (cand // 2) * (cand // 2) - F
-    if not bn or w < waste then bn, waste = cand, w end
-  end
-  local p = gemm_kernel_plan(2 * F, H, E, bm)
-  p.bn = bn
-  p.stages = gemm_stages(E, bn, 0, p.bm)
-  p.smem_bytes = gemm_smem(E, bn, p.stages, p.bm)
   return p
 end
 
@@ -423,10 +424,10 @@ local function gemm_plan()
     gemm2_dgrad = gemm_bwd_kernel_plan(H, F, E, 0),
     gemm1_wgrad = gemm_bwd_kernel_plan(2 * F, H, E, GEMM_DB_BYTES),
     gemm2_wgrad = gemm_bwd_kernel_plan(H, F, E, GEMM_DB_BYTES),
-    gemm1_glu = gemm_glu_kernel_plan(F, H, E),
+    gemm1_glu = gemm_kernel_plan(2 * F, H, E),
     gemm1_dgrad_tall = gemm_bwd_kernel_plan(2 * F, H, E, 0, 256),
     gemm2_dgrad_tall = gemm_bwd_kernel_plan(H, F, E, 0, 256),
-    gemm1_glu_tall = gemm_glu_kernel_plan(F, H, E, 256),
+    gemm1_glu_tall = gemm_kernel_plan(2 * F, H, E, 256, true),
   }
 end
 

@@ -2017,37 +2017,33 @@ __device__ __forceinline__ void store_rows(bf16_t *y, const float (&a)[W / 2], l
 // columns are gate columns f = col + 8j (j < W / 16), the last W / 2 the up
 // columns of the same f. act = silu(g + b) * (u + b) * prob (bf16 [rows, F]),
 // and h = (g + b, u + b) (bf16 [rows, N]) when o.aux is set. TW counts act
-// columns.
+// columns. Row by row (row l / 4, then l / 4 + 8), which keeps fewer
+// temporaries live next to a 256 x 192 tile's 192 accumulators than
+// column pair by column pair, at the cost of reading the bias once a row.
 template <int N, int W, int TW>
 __device__ __forceinline__ void store_glu(const Out &o, const float (&a)[W / 2], int e, int grow,
                                           bool ok0, bool ok1, int col) {
   constexpr int F = N / 2, UP = W / 16; // acc group of the up column paired with gate group j
-  float p0 = 1.f, p1 = 1.f;
-  if (o.prob) {
-    if (ok0) p0 = o.prob[grow];
-    if (ok1) p1 = o.prob[grow + 8];
-  }
   bf16_t *act = static_cast<bf16_t *>(o.y);
   bf16_t *h = static_cast<bf16_t *>(o.aux);
 #pragma unroll
-  for (int j = 0; j < W / 16; j++) {
-    const int f = col + 8 * j;
-    if (F % TW == 0 || f < F) {
-      float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
-      if (o.bias) {
-        const u32 *b = reinterpret_cast<const u32 *>(o.bias + (long long)e * N + f);
-        const u32 g2 = b[0], u2 = b[F / 2];
-        bg0 = bf16_lo(g2), bg1 = bf16_hi(g2), bu0 = bf16_lo(u2), bu1 = bf16_hi(u2);
-      }
+  for (int half = 0; half < 2; half++) {
+    if (!(half ? ok1 : ok0)) continue;
+    const int rr = grow + 8 * half;
+    const float p = o.prob ? o.prob[rr] : 1.f;
 #pragma unroll
-      for (int half = 0; half < 2; half++) {
-        const bool ok = half ? ok1 : ok0;
-        if (!ok) continue;
-        const int rr = grow + 8 * half;
+    for (int j = 0; j < W / 16; j++) {
+      const int f = col + 8 * j;
+      if (F % TW == 0 || f < F) {
+        float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
+        if (o.bias) {
+          const u32 *b = reinterpret_cast<const u32 *>(o.bias + (long long)e * N + f);
+          const u32 g2 = b[0], u2 = b[F / 2];
+          bg0 = bf16_lo(g2), bg1 = bf16_hi(g2), bu0 = bf16_lo(u2), bu1 = bf16_hi(u2);
+        }
         const float g0 = a[4 * j + 2 * half] + bg0, g1 = a[4 * j + 2 * half + 1] + bg1;
         const float u0 = a[4 * (j + UP) + 2 * half] + bu0;
         const float u1 = a[4 * (j + UP) + 2 * half + 1] + bu1;
-        const float p = half ? p1 : p0;
         *reinterpret_cast<u32 *>(act + (long long)rr * F + f) =
             pack_bf16x2(silu(g0) * u0 * p, silu(g1) * u1 * p);
         if (h) {
@@ -2179,8 +2175,8 @@ constexpr int BM = 128;  // default tile rows (two consumers of 64); wgrad's dW 
 constexpr int BK = 64;   // tile depth: 64 bf16 = one 128-byte swizzle row
 constexpr int THREADS = 384;
 constexpr int CONSUMER_ROWS = 64;  // rows of one wgmma (m64)
-constexpr int PRODUCER_REGS = 40;  // setmaxnreg: 128 * 40 + 256 * 232 = 64512 registers
-constexpr int CONSUMER_REGS = 232;
+constexpr int PRODUCER_REGS = 24;  // setmaxnreg: 128 * 24 + 256 * 240 = 64512 registers
+constexpr int CONSUMER_REGS = 240; // a 256 x 192 SwiGLU tile: 192 accumulators live in store_glu
 constexpr int RELEASES = 8;        // arrivals that free a stage: each consumer warp's lane 0
 constexpr long long L2_KEEP = 25165824; // most bytes of A tiles kept in L2 (l2_policies)
 constexpr long long L2_FIT = 33554432;  // bytes of both operands' sets that stay in L2
@@ -2578,10 +2574,10 @@ moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] bo
 //   moegen_gemm1_wgrad: N = 4096, K = 7168, tile 128x256x64, 4 stages, 200400 B smem
 //   moegen_gemm2_wgrad: N = 7168, K = 2048, tile 128x256x64, 4 stages, 200400 B smem
 //   moegen_gemm1_fwd_glu: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
-//   moegen_gemm1_dgrad_tall: N = 4096, K = 7168, tile 256x128x64, 4 stages, 199888 B smem
-//   moegen_gemm2_dgrad_tall: N = 7168, K = 2048, tile 256x128x64, 4 stages, 199888 B smem
-//   moegen_gemm2_dgrad_glu_tall: N = 7168, K = 2048, tile 256x128x64, 4 stages, 199888 B smem
-//   moegen_gemm1_fwd_glu_tall: N = 4096, K = 7168, tile 256x128x64, 4 stages, 199888 B smem
+//   moegen_gemm1_dgrad_tall: N = 4096, K = 7168, tile 256x192x64, 3 stages, 175296 B smem
+//   moegen_gemm2_dgrad_tall: N = 7168, K = 2048, tile 256x192x64, 3 stages, 175296 B smem
+//   moegen_gemm2_dgrad_glu_tall: N = 7168, K = 2048, tile 256x192x64, 3 stages, 175296 B smem
+//   moegen_gemm1_fwd_glu_tall: N = 4096, K = 7168, tile 256x192x64, 3 stages, 175296 B smem
 //
 // Shared-memory operand layouts. TMA writes every box with the 128-byte
 // swizzle: a box is lines of 128 bytes (64 bf16 of its inner dimension),
@@ -2766,12 +2762,12 @@ template <> struct Mma<256, 0, 0> {
         : "l"(a), "l"(b), "r"(scale_d));
   }
 };
-template <> struct Mma<128, 0, 1> {
-  static constexpr int REGS = 64;
+template <> struct Mma<192, 0, 1> {
+  static constexpr int REGS = 96;
   __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
     asm volatile(
-        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "{ .reg .pred p; setp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, "
         "%8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, "
@@ -2779,8 +2775,12 @@ template <> struct Mma<128, 0, 1> {
         "%32, %33, %34, %35, %36, %37, %38, %39, "
         "%40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 1; }\n"
+        "%56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, "
+        "%88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1, 0, 1; }\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
         , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
@@ -2789,15 +2789,19 @@ template <> struct Mma<128, 0, 1> {
         , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
         , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        , "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+        , "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        , "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+        , "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(a), "l"(b), "r"(scale_d));
   }
 };
-template <> struct Mma<128, 0, 0> {
-  static constexpr int REGS = 64;
+template <> struct Mma<192, 0, 0> {
+  static constexpr int REGS = 96;
   __device__ __forceinline__ static void mma(float (&d)[REGS], u64 a, u64 b, u32 scale_d) {
     asm volatile(
-        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "{ .reg .pred p; setp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, "
         "%8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, "
@@ -2805,8 +2809,12 @@ template <> struct Mma<128, 0, 0> {
         "%32, %33, %34, %35, %36, %37, %38, %39, "
         "%40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0; }\n"
+        "%56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, "
+        "%88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1, 0, 0; }\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
         , "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         , "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
@@ -2815,6 +2823,10 @@ template <> struct Mma<128, 0, 0> {
         , "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         , "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
         , "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        , "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+        , "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        , "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+        , "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(a), "l"(b), "r"(scale_d));
   }
 };
@@ -2839,7 +2851,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   constexpr int EXTRA = MODE == WGRAD ? DB_BYTES : 0;
   static_assert(BN % 64 == 0 && BN <= 256, "wgmma N, 64-column MN-major boxes");
   static_assert(N % 8 == 0 && K % 8 == 0, "16-byte rows (TMA strides, paired stores)");
-  static_assert((TBM == 128 || (TBM == 256 && MODE != WGRAD)) && SUB * BN <= 256,
+  static_assert((TBM == 128 || (TBM == 256 && MODE != WGRAD)) && SUB * BN <= 384,
                 "tile rows, accumulator registers");
   static_assert(A_BYTES % (2 * BOX_BYTES) == 0 && B_BYTES % BOX_BYTES == 0, "box tiling");
   static_assert(SMEM_BYTES == TABLE_BYTES + EXTRA + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES),
@@ -3101,7 +3113,7 @@ moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 128, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
 #endif
@@ -3113,7 +3125,7 @@ moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
                    bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 128, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
 #endif
@@ -3126,7 +3138,7 @@ moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [row
                        const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
-  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 128, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, smem);
 }
 
 #endif
@@ -3139,7 +3151,7 @@ moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K
                      const int *counts, const int *offsets, int max_rows) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 128, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 192, 3, 175296>(&mx, &mw, o, counts, offsets, max_rows, smem);
 }
 
 #endif
