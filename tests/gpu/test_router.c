@@ -9,18 +9,24 @@
 #include "gpu.h"
 #include "moegen/moegen.h"
 #include "router_ref.h"
-#include "router_spec.h"
+#include "router_check.h"
+#include "router_specs.h"
 
 /* Narrow bounds so that many (token, expert) pairs clamp into the end bins. */
 #define QB_BINS 37
 #define QB_LO (-0.3f)
 #define QB_HI 0.9f
 
-/* Random logits; tie-heavy draws from 5 values so many experts tie. */
+/* Random logits (ties = 0); tie-heavy (1) draws from 5 values so many
+ * experts tie; flat (2) gives every expert of a token the same logit, as a
+ * router at initialization does: more candidates than the kernel lists
+ * (templates/router.cu.lt), so its argmax-pass path runs. */
 static void make_inputs(const spec *s, int T, int ties, float *x, float *bias) {
   static const float few[] = {-1.0f, -0.5f, 0.0f, 0.5f, 1.0f};
   for (size_t i = 0; i < (size_t)T * s->E; i++)
-    x[i] = round_dt(s->dt, ties ? few[rng_u64() % 5] : 2.0f * rng_normal());
+    x[i] = round_dt(s->dt, ties == 2   ? few[i / s->E % 5]
+                           : ties == 1 ? few[rng_u64() % 5]
+                                       : 2.0f * rng_normal());
   for (int e = 0; e < s->E; e++) bias[e] = ties ? 0.25f * (float)(rng_u64() % 2) : 0.1f * rng_normal();
 }
 
@@ -33,15 +39,6 @@ typedef struct bufs {
   int32_t *hist;                /* QB [E, QB_BINS], accumulated */
   float *bounds, *cutoff;       /* QB [2], [T] */
 } bufs;
-
-static size_t idx_size(moegen_index_dtype d) {
-  return d == MOEGEN_INDEX_INT16 ? 2 : d == MOEGEN_INDEX_INT64 ? 8 : 4;
-}
-
-static int64_t read_idx(moegen_index_dtype d, const void *p, size_t i) {
-  return d == MOEGEN_INDEX_INT16 ? ((const int16_t *)p)[i]
-       : d == MOEGEN_INDEX_INT64 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
-}
 
 static bufs alloc_bufs(const spec *s, int T, moegen_index_dtype idx_dtype) {
   size_t TE = (size_t)T * s->E, TK = (size_t)T * s->K, TB = (size_t)T * ((s->E + 7) / 8);
@@ -80,86 +77,31 @@ static void stage(const spec *s, int T, const bufs *b, const float *x, const flo
   free(hx);
 }
 
-/* The value top-k ranks expert e of a token by (SPEC 1), in double: the
- * biased score, or the logit / softmax numerator (same order). */
-static double route_value(const spec *s, float x, float bias) {
-  double v = s->score == MOEGEN_SCORE_SIGMOID        ? 1.0 / (1.0 + exp(-(double)x))
-             : s->score == MOEGEN_SCORE_SQRTSOFTPLUS ? sqrt(log1p(exp((double)x)))
-                                                     : (double)x;
-  return s->bias ? v + bias : v;
-}
-
-/* Compact entry k of token t: the GPU may order two experts whose routing
- * values agree to fp32 rounding (within 8 ulp: the GPU's expf and the CPU's
- * differ by a few) either way; the selected set itself is checked exactly
- * by the map. The weight is compared with the reference weight of the same
- * expert. Returns 0 if entry (t, k) is wrong. */
-static int compact_ok(const spec *s, const float *x, const float *bias, const int32_t *rx,
-                      const float *rw, size_t t, int k, int64_t g, float w) {
-  int K = s->K, E = s->E, pos = -1;
-  for (int j = 0; j < K; j++)
-    if (rx[t * K + j] == g) pos = j;
-  if (pos < 0) return 0;
-  if (pos != k) {
-    double a = route_value(s, x[t * E + g], bias[g]);
-    double b = route_value(s, x[t * E + rx[t * K + k]], bias[rx[t * K + k]]);
-    if (fabs(a - b) > 8 * 1.2e-7 * fmax(fabs(a), fabs(b))) return 0;
-  }
-  return close_f32(w, rw[t * K + pos], E);
-}
-
 /* Downloads every output and compares it with the reference. */
 static void verify(const spec *s, int T, const bufs *b, const float *x, const float *bias,
                    int partial) {
-  moegen_config c = config_of(s);
   int E = s->E, K = s->K;
   size_t TE = (size_t)T * E, TK = (size_t)T * K;
-  float *rp = malloc(4 * TE + 4), *rw = malloc(4 * TK + 4), *ri = malloc(4 * TE + 4);
-  size_t NB = (size_t)(E + 7) / 8;
-  uint8_t *rm = malloc(TE + 1), *gm = malloc(TE + 1), *gb = malloc((size_t)T * NB + 1);
-  int32_t *rx = malloc(4 * TK + 4), rc[MOEGEN_MAX_EXPERTS], gc[MOEGEN_MAX_EXPERTS];
-  void *gx = malloc(8 * TK + 8);
-  float *gw = malloc(4 * TK + 4), *gi = malloc(4 * TE + 4);
-  void *gp = malloc(TE * dt_size(s->dt) + 4);
-  router_ref_fwd(&c, T, x, s->bias ? bias : NULL, rp, rm, rx, rw, ri, rc);
+  uint8_t *gm = malloc(TE + 1), *gb = malloc((size_t)T * ((E + 7) / 8) + 1);
+  int32_t gc[MOEGEN_MAX_EXPERTS];
+  void *gx = malloc(8 * TK + 8), *gp = malloc(TE * dt_size(s->dt) + 4);
+  float *gw = malloc(4 * TK + 4), *gi = malloc(4 * TE + 4), *gcut = malloc(4 * (size_t)T + 4);
   gpu_get(gc, b->counts, 4 * (size_t)E);
-  for (int e = 0; e < E; e++) CHECK(gc[e] == rc[e], "counts[%d] = %d, want %d", e, gc[e], rc[e]);
+  router_host_outputs g = {.counts = gc};
   if (!partial) {
     gpu_get(gm, b->map, TE);
-    gpu_get(gb, b->bitmap, (size_t)T * NB);
+    gpu_get(gb, b->bitmap, (size_t)T * ((E + 7) / 8));
     gpu_get(gx, b->idx, idx_size(b->idx_dtype) * TK);
     gpu_get(gw, b->w, 4 * TK);
     gpu_get(gi, b->inter, 4 * TE);
     gpu_get(gp, b->probs, TE * dt_size(s->dt));
-    for (size_t i = 0; i < TE; i++) {
-      CHECK(gm[i] == rm[i], "map[%zu,%zu] = %d, want %d", i / E, i % E, gm[i], rm[i]);
-      int bit = (gb[i / E * NB + i % E / 8] >> (i % E % 8)) & 1;
-      CHECK(bit == rm[i], "bitmap bit [%zu,%zu] = %d, want %d", i / E, i % E, bit, rm[i]);
-      float g = read_dt(s->dt, gp, i);
-      CHECK(close_dt(s->dt, g, rp[i], E), "probs[%zu,%zu] = %.9g, want %.9g", i / E, i % E, g, rp[i]);
-      CHECK(close_f32(gi[i], ri[i], E), "intermediate[%zu,%zu] = %.9g, want %.9g", i / E, i % E,
-            gi[i], ri[i]);
-    }
-    for (size_t i = 0; i < TK; i++) {
-      int64_t gi_ = read_idx(b->idx_dtype, gx, i);
-      CHECK(gi_ >= 0 && gi_ < E && compact_ok(s, x, bias, rx, rw, i / K, (int)(i % K), gi_, gw[i]),
-            "topk_indices[%zu,%zu] (%zu-byte) = %lld, weight %.9g; want %d, weight %.9g", i / K,
-            i % K, idx_size(b->idx_dtype), (long long)gi_, gw[i], rx[i], rw[i]);
-    }
-    if (s->qb) {
-      float *rcut = malloc(4 * (size_t)T + 4), *gcut = malloc(4 * (size_t)T + 4);
-      router_ref_qb_cutoff(&c, T, x, bias, rcut);
-      gpu_get(gcut, b->cutoff, 4 * (size_t)T);
-      int t = 0;
-      while (t < T && close_f32(gcut[t], rcut[t], E)) t++;
-      if (t < T) printf("  FAIL: qb_cutoff[%d] = %.9g, want %.9g\n", t, gcut[t], rcut[t]);
-      failures += t < T;
-      free(rcut);
-      free(gcut);
-    }
+    if (s->qb) gpu_get(gcut, b->cutoff, 4 * (size_t)T);
+    g = (router_host_outputs){.counts = gc, .map = gm, .bitmap = gb, .idx = gx,
+                              .idx_dtype = b->idx_dtype, .weights = gw, .inter = gi,
+                              .probs = gp, .cutoff = gcut};
   }
-  free(rp); free(rw); free(ri); free(rm); free(gm); free(gb); free(rx); free(gx); free(gw);
-  free(gi); free(gp);
+  failures += router_compare(s, T, x, bias, &g);
+  free(gm); free(gb); free(gx); free(gp); free(gw); free(gi); free(gcut);
 }
 
 static moegen_router_fwd_args args_of(const spec *s, int T, const bufs *b, int partial) {
@@ -287,28 +229,6 @@ static void graph_case(moegen_module *m, const spec *s, int T) {
   free(bias);
 }
 
-static const spec specs[] = {
-    {"deepseek-v3: sigmoid, 8 groups keep 4, bias, x2.5", 256, 8, 8, 4, 1, 0, MOEGEN_SCORE_SIGMOID, 2.5, MOEGEN_DTYPE_BF16, 0},
-    {"kimi-k2: sigmoid, bias, E=384", 384, 8, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 2.827, MOEGEN_DTYPE_BF16, 0},
-    {"qwen3: softmax pre", 128, 8, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
-    {"mixtral: softmax post E=8 K=2", 8, 2, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
-    {"gpt-oss: softmax post fp32", 128, 4, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32, 0},
-    {"llama4: sigmoid K=1 fp16", 128, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP16, 0},
-    {"sqrtsoftplus E=130 K=5 bias fp32", 130, 5, 0, 0, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.5, MOEGEN_DTYPE_FP32, 0},
-    {"sqrtsoftplus 3 groups keep 2 fp16", 96, 4, 3, 2, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_FP16, 0},
-    {"softmax pre 4 groups keep 2", 64, 6, 4, 2, 0, 1, MOEGEN_SCORE_SOFTMAX, 2.0, MOEGEN_DTYPE_FP32, 0},
-    {"softmax post 8 groups keep 4", 256, 8, 8, 4, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_BF16, 0},
-    {"sigmoid E=2048 K=32", 2048, 32, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32, 0},
-    {"sigmoid E=2048 K=32 bias", 2048, 32, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_BF16, 0},
-    {"softmax pre K=E=7", 7, 7, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0, MOEGEN_DTYPE_FP32, 0},
-    {"sigmoid E=1 K=1", 1, 1, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32, 0},
-    {"sigmoid E=33 K=32 bf16", 33, 32, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_BF16, 0},
-    {"sqrtsoftplus E=1024 16 groups keep 4 K=16", 1024, 16, 16, 4, 1, 0, MOEGEN_SCORE_SQRTSOFTPLUS, 1.0, MOEGEN_DTYPE_BF16, 0},
-    {"sigmoid E=32 K=3 groups 32 keep 3", 32, 3, 32, 3, 0, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32, 0},
-    {"qb: kimi-k2 sigmoid bias E=384 K=8", 384, 8, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 2.827, MOEGEN_DTYPE_BF16, 1},
-    {"qb: E=130 K=5 fp32 x1.5", 130, 5, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.5, MOEGEN_DTYPE_FP32, 1},
-    {"qb: E=7 K=6", 7, 6, 0, 0, 1, 0, MOEGEN_SCORE_SIGMOID, 1.0, MOEGEN_DTYPE_FP32, 1},
-};
 
 #ifdef MOEGEN_TEST_AOT
 /* Built against the AOT output of `moegen --preset deepseek-v3 --name ds3`:
@@ -319,7 +239,7 @@ static moegen_status module_for(const spec *s, moegen_module **m, moegen_error *
   return ds3_module_create(m);
 }
 #else
-static const size_t num_specs = sizeof specs / sizeof specs[0];
+static const size_t num_specs = ROUTER_SPECS;
 static moegen_status module_for(const spec *s, moegen_module **m, moegen_error *err) {
   moegen_config c = config_of(s);
   return moegen_jit(&c, NULL, m, err);
@@ -331,14 +251,14 @@ int main(void) {
   rng_seed();
   static const int tokens[] = {0, 1, 33, 777, 4099};
   for (size_t i = 0; i < num_specs; i++) {
-    const spec *s = &specs[i];
+    const spec *s = &router_specs[i];
     moegen_module *m = NULL;
     moegen_error err = {0};
     moegen_status st = module_for(s, &m, &err);
     if (!test_module(st, &m, &err, 1u << MOEGEN_UNIT_ROUTER, s->what)) continue;
     int before = failures;
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
-      for (int ties = 0; ties < 2; ties++) run_case(m, s, tokens[t], ties, 0);
+      for (int ties = 0; ties < 3; ties++) run_case(m, s, tokens[t], ties, 0);
     run_case(m, s, 1000, 0, 1); /* counts only */
     if (s->qb) {
       qb_case(m, s, 777, 33, 0);
