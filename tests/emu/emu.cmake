@@ -1,0 +1,33 @@
+# CPU emulation of the generated router kernels (tests/emu): for each spec of
+# tests/gpu/router_specs.h, emit_kernel renders its kernel source as host
+# C++, and test_router_emu_N runs it on 32 host threads a warp against the
+# CPU reference. Needs a C++20 compiler (std::barrier); skipped without one.
+include(CheckLanguage)
+check_language(CXX)
+if(CMAKE_CXX_COMPILER)
+  enable_language(CXX)
+  add_executable(moegen_emit_kernel emu/emit_kernel.c)
+  target_include_directories(moegen_emit_kernel PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/gpu)
+  target_link_libraries(moegen_emit_kernel PRIVATE moegen_gen)
+  file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/gpu/router_specs.h spec_lines REGEX "^    {\"")
+  list(LENGTH spec_lines nspecs)
+  math(EXPR last "${nspecs} - 1")
+  foreach(i RANGE ${last})
+    set(inc ${CMAKE_CURRENT_BINARY_DIR}/emu/router_${i}.inc)
+    add_custom_command(OUTPUT ${inc}
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/emu
+      COMMAND moegen_emit_kernel ${inc} ${i}
+      DEPENDS moegen_emit_kernel COMMENT "Emitting router spec ${i} for the warp emulation")
+    add_executable(test_router_emu_${i} emu/test_router_emu.cpp ${inc})
+    set_target_properties(test_router_emu_${i} PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
+    target_compile_definitions(test_router_emu_${i} PRIVATE MOEGEN_EMU_KERNEL="${inc}")
+    target_compile_options(test_router_emu_${i} PRIVATE -O1 -Wno-unknown-pragmas -Wno-unused-function)
+    target_include_directories(test_router_emu_${i} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/emu
+      ${CMAKE_CURRENT_SOURCE_DIR}/gpu ${CMAKE_SOURCE_DIR}/tests/ref ${CMAKE_SOURCE_DIR}/include)
+    target_link_libraries(test_router_emu_${i} PRIVATE moegen_gen moegen_ref Threads::Threads)
+    add_test(NAME test_router_emu_${i} COMMAND test_router_emu_${i} ${i})
+    set_tests_properties(test_router_emu_${i} PROPERTIES LABELS "unit;emu" TIMEOUT 300)
+  endforeach()
+else()
+  message(STATUS "no C++ compiler: the router warp-emulation tests are not built")
+endif()
