@@ -1,0 +1,96 @@
+// moegen-floor: what moegen-bench's per-call method (bench/moegen_bench.c:
+// flush the L2 with a 256 MiB memset, time one call alone with events,
+// median of 200) reports for kernels that do nothing but launch or move
+// bytes, so a stage's time can be read against the best any kernel could
+// get there:
+//   empty     one block of 32 threads that does nothing;
+//   stream    a one-wave grid-stride kernel with the router forward's dense
+//             traffic: read N bf16 (the logits), write N bf16 (probs) and
+//             N bytes (map), 16-byte accesses, N = T x E.
+// Prints one JSON line per (kernel, model, tokens), "stage": "floor".
+// Built by CMake where nvcc is found (target moegen-floor); needs a GPU.
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#define CK(x)                                                                       \
+  do {                                                                              \
+    cudaError_t e_ = (x);                                                           \
+    if (e_ != cudaSuccess) {                                                        \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                      \
+    }                                                                               \
+  } while (0)
+
+__global__ void empty_kernel() {}
+
+// n16: 16-byte chunks of the bf16 input (8 elements each). Each chunk's
+// probs are written as the input shifted by one bit (any function of it
+// keeps the compiler from dropping the reads), its map bytes as 8 zeros
+// or ones.
+__global__ void stream_kernel(const uint4 *in, uint4 *probs, uint2 *map, long long n16) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n16;
+       i += (long long)gridDim.x * blockDim.x) {
+    uint4 v = in[i];
+    probs[i] = make_uint4(v.x >> 1, v.y >> 1, v.z >> 1, v.w >> 1);
+    map[i] = make_uint2(v.x & 0x01010101u, v.y & 0x01010101u);
+  }
+}
+
+static const size_t FLUSH = 256u << 20;
+
+template <typename F> static float time_call(F launch, void *flush) {
+  const int reps = 200;
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto &e : ev) CK(cudaEventCreate(&e));
+  for (int i = 0; i < 20; i++) launch();
+  for (int i = 0; i < reps; i++) {
+    CK(cudaMemsetAsync(flush, i & 0xff, FLUSH));
+    CK(cudaEventRecord(ev[2 * i]));
+    launch();
+    CK(cudaEventRecord(ev[2 * i + 1]));
+  }
+  CK(cudaDeviceSynchronize());
+  CK(cudaGetLastError());
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; i++) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto &e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+int main() {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  void *flush;
+  CK(cudaMalloc(&flush, FLUSH));
+  struct { const char *name; int E; } models[] = {
+      {"deepseek-v3", 256}, {"qwen3-30b-a3b", 128}, {"mixtral-8x7b", 8}, {"gpt-oss-120b", 128}};
+  const int tokens[] = {256, 1024, 4096, 16384};
+  float empty = time_call([] { empty_kernel<<<1, 32>>>(); }, flush);
+  printf("{\"stage\": \"floor\", \"peer\": \"empty\", \"ms\": %.6f}\n", empty);
+  for (auto &m : models) {
+    for (int T : tokens) {
+      long long n = (long long)T * m.E, n16 = (n + 7) / 8;
+      uint4 *in, *probs;
+      uint2 *map;
+      CK(cudaMalloc(&in, n16 * 16));
+      CK(cudaMalloc(&probs, n16 * 16));
+      CK(cudaMalloc(&map, n16 * 8));
+      CK(cudaMemset(in, 0x3c, n16 * 16));
+      int threads = 256, blocks = (int)std::min<long long>((n16 + threads - 1) / threads, 8LL * sms);
+      float ms = time_call([&] { stream_kernel<<<blocks, threads>>>(in, probs, map, n16); }, flush);
+      double bytes = 5.0 * n;
+      printf("{\"stage\": \"floor\", \"peer\": \"stream\", \"model\": \"%s\", \"tokens\": %d, "
+             "\"ms\": %.6f, \"gbps\": %.1f, \"bytes\": %.0f}\n", m.name, T, ms, bytes / ms / 1e6, bytes);
+      CK(cudaFree(in));
+      CK(cudaFree(probs));
+      CK(cudaFree(map));
+    }
+  }
+  CK(cudaFree(flush));
+  return 0;
+}
