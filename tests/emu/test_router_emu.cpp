@@ -3,8 +3,8 @@
  * emulation of warp_emu.h, against the CPU reference with the GPU test's
  * checks (router_check.h). Fresh random, tie-heavy and flat inputs, T from
  * 0 to 100 over a grid of 2 or 3 persistent blocks, every index dtype, a
- * counts-only call. It checks the kernels' logic (selection, ties, the
- * argmax-pass path, output layout) where no GPU is; the GPU test still
+ * counts-only call. It checks the kernels' logic (selection, ties, output
+ * layout) where no GPU is; the GPU test still
  * decides: the host's expf and the device's differ by a few ulp, and the
  * memory model is not the GPU's.
  * Usage: test_router_emu SPEC (built per spec with its emitted kernel). */

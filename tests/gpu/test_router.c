@@ -19,8 +19,7 @@
 
 /* Random logits (ties = 0); tie-heavy (1) draws from 5 values so many
  * experts tie; flat (2) gives every expert of a token the same logit, as a
- * router at initialization does: more candidates than the kernel lists
- * (templates/router.cu.lt), so its argmax-pass path runs. */
+ * router at initialization does: the most ties a token can have. */
 static void make_inputs(const spec *s, int T, int ties, float *x, float *bias) {
   static const float few[] = {-1.0f, -0.5f, 0.0f, 0.5f, 1.0f};
   for (size_t i = 0; i < (size_t)T * s->E; i++)
