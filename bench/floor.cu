@@ -8,22 +8,12 @@
 //             traffic: read N bf16 (the logits), write N bf16 (probs) and
 //             N bytes (map), 16-byte accesses, N = T x E.
 // Prints one JSON line per (kernel, model, tokens), "stage": "floor".
-// Built by CMake where nvcc is found (target moegen-floor); needs a GPU.
-#include <cstdio>
-#include <cstdlib>
+// Built by CMake where nvcc is found (target moegen-floor); exits 77
+// without a GPU.
 #include <algorithm>
 #include <vector>
 
-#include <cuda_runtime.h>
-
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
+#include "example.h" /* CUDA_CHECK, example_device_or_skip */
 
 __global__ void empty_kernel() {}
 
@@ -45,28 +35,29 @@ static const size_t FLUSH = 256u << 20;
 template <typename F> static float time_call(F launch, void *flush) {
   const int reps = 200;
   std::vector<cudaEvent_t> ev(2 * reps);
-  for (auto &e : ev) CK(cudaEventCreate(&e));
+  for (auto &e : ev) CUDA_CHECK(cudaEventCreate(&e));
   for (int i = 0; i < 20; i++) launch();
   for (int i = 0; i < reps; i++) {
-    CK(cudaMemsetAsync(flush, i & 0xff, FLUSH));
-    CK(cudaEventRecord(ev[2 * i]));
+    CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, FLUSH));
+    CUDA_CHECK(cudaEventRecord(ev[2 * i]));
     launch();
-    CK(cudaEventRecord(ev[2 * i + 1]));
+    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
   }
-  CK(cudaDeviceSynchronize());
-  CK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaGetLastError());
   std::vector<float> ms(reps);
-  for (int i = 0; i < reps; i++) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (int i = 0; i < reps; i++) CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
   for (auto &e : ev) cudaEventDestroy(e);
   std::sort(ms.begin(), ms.end());
   return ms[reps / 2];
 }
 
 int main() {
+  example_device_or_skip();
   int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   void *flush;
-  CK(cudaMalloc(&flush, FLUSH));
+  CUDA_CHECK(cudaMalloc(&flush, FLUSH));
   struct { const char *name; int E; } models[] = {
       {"deepseek-v3", 256}, {"qwen3-30b-a3b", 128}, {"mixtral-8x7b", 8}, {"gpt-oss-120b", 128}};
   const int tokens[] = {256, 1024, 4096, 16384};
@@ -77,20 +68,20 @@ int main() {
       long long n = (long long)T * m.E, n16 = (n + 7) / 8;
       uint4 *in, *probs;
       uint2 *map;
-      CK(cudaMalloc(&in, n16 * 16));
-      CK(cudaMalloc(&probs, n16 * 16));
-      CK(cudaMalloc(&map, n16 * 8));
-      CK(cudaMemset(in, 0x3c, n16 * 16));
+      CUDA_CHECK(cudaMalloc(&in, n16 * 16));
+      CUDA_CHECK(cudaMalloc(&probs, n16 * 16));
+      CUDA_CHECK(cudaMalloc(&map, n16 * 8));
+      CUDA_CHECK(cudaMemset(in, 0x3c, n16 * 16));
       int threads = 256, blocks = (int)std::min<long long>((n16 + threads - 1) / threads, 8LL * sms);
       float ms = time_call([&] { stream_kernel<<<blocks, threads>>>(in, probs, map, n16); }, flush);
       double bytes = 5.0 * n;
       printf("{\"stage\": \"floor\", \"peer\": \"stream\", \"model\": \"%s\", \"tokens\": %d, "
              "\"ms\": %.6f, \"gbps\": %.1f, \"bytes\": %.0f}\n", m.name, T, ms, bytes / ms / 1e6, bytes);
-      CK(cudaFree(in));
-      CK(cudaFree(probs));
-      CK(cudaFree(map));
+      CUDA_CHECK(cudaFree(in));
+      CUDA_CHECK(cudaFree(probs));
+      CUDA_CHECK(cudaFree(map));
     }
   }
-  CK(cudaFree(flush));
+  CUDA_CHECK(cudaFree(flush));
   return 0;
 }

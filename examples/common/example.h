@@ -111,7 +111,7 @@ static inline size_t example_block_of(size_t n) {
  * (*kept)[i % example_block_of(n)]. */
 static inline void *example_random_bf16_kept(size_t n, float scale, uint16_t **kept) {
   size_t block = example_block_of(n);
-  uint16_t *h = malloc(2 * block + 2);
+  uint16_t *h = (uint16_t *)malloc(2 * block + 2); /* cast: also C++ (bench/floor.cu) */
   void *d = NULL;
   if (!h) exit(1);
   for (size_t i = 0; i < block; i++) h[i] = example_f32_to_bf16(scale * example_uniform());
