@@ -154,8 +154,8 @@ template <int W> __device__ __forceinline__ u64 seg_argmax(u64 k) {
 //     inputs), go to a shared list in expert order; each is ranked by the
 //     candidates that beat it (value descending, then id ascending: SPEC's
 //     tie order), rank k < PICKS is pick k;
-//  4. a warp with a token of more than CAP candidates (ties) picks instead
-//     by PICKS argmax passes over the candidates;
+//  4. a warp with a token of more than CAP candidates (ties), or a kernel of
+//     one lane a token, picks instead by PICKS argmax passes over them;
 //  5. the lanes owning experts write the dense rows (zeros / intermediate);
 //     the picks' lanes write their entries over them.
 namespace router {
@@ -222,9 +222,11 @@ __device__ __forceinline__ u32 token_lanes(int lane) {
   return L == 32 ? MOEGEN_FULL_MASK : ((1u << L) - 1) << (lane & ~(L - 1));
 }
 
-template <int W> __device__ __forceinline__ float seg_min(float x) {
+// The minimum of x over aligned segments of W lanes where x is already
+// the same on aligned runs of R lanes (R = W: x itself).
+template <int W, int R> __device__ __forceinline__ float seg_min(float x) {
 #pragma unroll
-  for (int o = W / 2; o > 0; o /= 2) x = fminf(x, __shfl_xor_sync(MOEGEN_FULL_MASK, x, o));
+  for (int o = W / 2; o >= R; o /= 2) x = fminf(x, __shfl_xor_sync(MOEGEN_FULL_MASK, x, o));
   return x;
 }
 
@@ -259,9 +261,10 @@ __device__ __forceinline__ float group_score(const float (&top)[D], float (&m)[K
   return g;
 }
 
-// Candidate a beats candidate b: value descending, then id ascending.
-__device__ __forceinline__ bool beats(float2 a, float2 b) {
-  return a.x > b.x || (a.x == b.x && __float_as_int(a.y) < __float_as_int(b.y));
+// Candidate a beats candidate b: value descending, then id ascending
+// (bitwise operators: no branches in the ranking loop).
+__device__ __forceinline__ int beats(float2 a, float2 b) {
+  return (a.x > b.x) | ((a.x == b.x) & (__float_as_int(a.y) < __float_as_int(b.y)));
 }
 
 // 1/y for y >= 1, branch-free: the fast path of IEEE __frcp_rn (an
@@ -347,9 +350,19 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   if (want_counts)
     for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
   if constexpr (HAS_BIAS) {
-    for (int j = threadIdx.x; j < ROW; j += blockDim.x) {
-      const int e = j / VP * V + j % VP;
-      bias_row[j] = j % VP < V && e < E ? o.bias[e] : 0.f;
+    // Loads of up to NB values a thread first, then their stores: one memory
+    // latency a chunk, not one a value (a one-warp block fills ROW / 32).
+    constexpr int NB = (ROW + 31) / 32 < 16 ? (ROW + 31) / 32 : 16;
+    for (int j0 = threadIdx.x; j0 < ROW; j0 += NB * blockDim.x) {
+      float bv[NB];
+#pragma unroll
+      for (int k = 0; k < NB; k++) {
+        const int j = j0 + k * blockDim.x, e = j / VP * V + j % VP;
+        bv[k] = j < ROW && j % VP < V && e < E ? __ldg(o.bias + e) : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < NB; k++)
+        if (j0 + k * blockDim.x < ROW) bias_row[j0 + k * blockDim.x] = bv[k];
     }
   }
   __syncthreads();
@@ -481,7 +494,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
         rank += ranks_before(og, g, gv, group);
       }
       kept = rank < GTOPK && group < NG;
-      tau = seg_min<L>(kept ? m[KG - 1] : MOEGEN_INF);
+      tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
     } else {
       // The Q-th largest of the lanes' D-th values (ties by lane).
       const float mine = top[D - 1];
@@ -509,8 +522,10 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
     }
     const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
     int nwin; // picks listed in win (fewer than PICKS only without enough finite values)
-    if (__any_sync(MOEGEN_FULL_MASK, n > CAP)) {
-      // Many ties: PICKS argmax passes over the candidates, for the whole warp.
+    if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
+      // PICKS argmax passes over the candidates, for the whole warp: where a
+      // token has many (ties), and at one lane a token, where the passes
+      // need no shuffles and the shared list would be pure overhead.
       mask_t left = cm;
 #pragma unroll 1
       for (int k = 0; k < PICKS; k++) {
@@ -518,9 +533,8 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
         int bi = 0;
 #pragma unroll
         for (int i = 0; i < V; i++) {
-          const float v = HAS_BIAS ? row[off + i] + bias_row[off + i] : row[off + i];
-          const bool better = (left >> i) & 1 && v > bv; // strict: the lowest position of equals
-          bv = better ? v : bv;
+          const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
+          bv = better ? r[i] : bv;
           bi = better ? i : bi;
         }
         const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
@@ -627,8 +641,8 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
 //     inputs), go to a shared list in expert order; each is ranked by the
 //     candidates that beat it (value descending, then id ascending: SPEC's
 //     tie order), rank k < PICKS is pick k;
-//  4. a warp with a token of more than CAP candidates (ties) picks instead
-//     by PICKS argmax passes over the candidates;
+//  4. a warp with a token of more than CAP candidates (ties), or a kernel of
+//     one lane a token, picks instead by PICKS argmax passes over them;
 //  5. the lanes owning experts write the dense rows (zeros / intermediate);
 //     the picks' lanes write their entries over them.
 namespace router_small {
@@ -695,9 +709,11 @@ __device__ __forceinline__ u32 token_lanes(int lane) {
   return L == 32 ? MOEGEN_FULL_MASK : ((1u << L) - 1) << (lane & ~(L - 1));
 }
 
-template <int W> __device__ __forceinline__ float seg_min(float x) {
+// The minimum of x over aligned segments of W lanes where x is already
+// the same on aligned runs of R lanes (R = W: x itself).
+template <int W, int R> __device__ __forceinline__ float seg_min(float x) {
 #pragma unroll
-  for (int o = W / 2; o > 0; o /= 2) x = fminf(x, __shfl_xor_sync(MOEGEN_FULL_MASK, x, o));
+  for (int o = W / 2; o >= R; o /= 2) x = fminf(x, __shfl_xor_sync(MOEGEN_FULL_MASK, x, o));
   return x;
 }
 
@@ -732,9 +748,10 @@ __device__ __forceinline__ float group_score(const float (&top)[D], float (&m)[K
   return g;
 }
 
-// Candidate a beats candidate b: value descending, then id ascending.
-__device__ __forceinline__ bool beats(float2 a, float2 b) {
-  return a.x > b.x || (a.x == b.x && __float_as_int(a.y) < __float_as_int(b.y));
+// Candidate a beats candidate b: value descending, then id ascending
+// (bitwise operators: no branches in the ranking loop).
+__device__ __forceinline__ int beats(float2 a, float2 b) {
+  return (a.x > b.x) | ((a.x == b.x) & (__float_as_int(a.y) < __float_as_int(b.y)));
 }
 
 // 1/y for y >= 1, branch-free: the fast path of IEEE __frcp_rn (an
@@ -820,9 +837,19 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
   if (want_counts)
     for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
   if constexpr (HAS_BIAS) {
-    for (int j = threadIdx.x; j < ROW; j += blockDim.x) {
-      const int e = j / VP * V + j % VP;
-      bias_row[j] = j % VP < V && e < E ? o.bias[e] : 0.f;
+    // Loads of up to NB values a thread first, then their stores: one memory
+    // latency a chunk, not one a value (a one-warp block fills ROW / 32).
+    constexpr int NB = (ROW + 31) / 32 < 16 ? (ROW + 31) / 32 : 16;
+    for (int j0 = threadIdx.x; j0 < ROW; j0 += NB * blockDim.x) {
+      float bv[NB];
+#pragma unroll
+      for (int k = 0; k < NB; k++) {
+        const int j = j0 + k * blockDim.x, e = j / VP * V + j % VP;
+        bv[k] = j < ROW && j % VP < V && e < E ? __ldg(o.bias + e) : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < NB; k++)
+        if (j0 + k * blockDim.x < ROW) bias_row[j0 + k * blockDim.x] = bv[k];
     }
   }
   __syncthreads();
@@ -954,7 +981,7 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
         rank += ranks_before(og, g, gv, group);
       }
       kept = rank < GTOPK && group < NG;
-      tau = seg_min<L>(kept ? m[KG - 1] : MOEGEN_INF);
+      tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
     } else {
       // The Q-th largest of the lanes' D-th values (ties by lane).
       const float mine = top[D - 1];
@@ -982,8 +1009,10 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
     }
     const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
     int nwin; // picks listed in win (fewer than PICKS only without enough finite values)
-    if (__any_sync(MOEGEN_FULL_MASK, n > CAP)) {
-      // Many ties: PICKS argmax passes over the candidates, for the whole warp.
+    if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
+      // PICKS argmax passes over the candidates, for the whole warp: where a
+      // token has many (ties), and at one lane a token, where the passes
+      // need no shuffles and the shared list would be pure overhead.
       mask_t left = cm;
 #pragma unroll 1
       for (int k = 0; k < PICKS; k++) {
@@ -991,9 +1020,8 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
         int bi = 0;
 #pragma unroll
         for (int i = 0; i < V; i++) {
-          const float v = HAS_BIAS ? row[off + i] + bias_row[off + i] : row[off + i];
-          const bool better = (left >> i) & 1 && v > bv; // strict: the lowest position of equals
-          bv = better ? v : bv;
+          const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
+          bv = better ? r[i] : bv;
           bi = better ? i : bi;
         }
         const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
