@@ -113,7 +113,7 @@ local function router_plan(target)
   -- of them, halving the block (E = 28, K = 28 at one lane a token needed
   -- 232 KiB for 256 tokens: over every arch's limit).
   local slot_bytes = align16(4 * row + 8 * cap + 8 * picks + 4 * ((E + 31) // 32))
-  local fixed = (cfg.expert_bias and 4 * row or 0) + align16(4 * E)
+  local fixed = align16(4 * E)
   while threads > 32 and fixed + threads // lanes * slot_bytes > ROUTER_SMEM_TARGET do
     threads = threads // 2
   end
@@ -140,7 +140,7 @@ local function router_plan(target)
     slice_vec = pow2_dividing(4, per_lane),
     threads = threads,
     tokens_per_block = tokens_per_block,
-    -- the bias row, the expert histogram, one slot per token
+    -- the expert histogram, one slot per token
     smem_bytes = fixed + tokens_per_block * slot_bytes,
     logits_type = dtype_ctype[cfg.logits_dtype],
     logits_dtype_id = ({ fp32 = 0, bf16 = 1, fp16 = 2 })[cfg.logits_dtype],

@@ -194,16 +194,17 @@ constexpr float EPSILON = 1e-20f;
 typedef bf16_t logit_t;
 typedef u32 mask_t; // one bit per position of a lane
 
-// Shared memory: the bias row (HAS_BIAS), the expert histogram of the fused
-// counts, then one slot per token of the block: its routing scores (row),
-// its candidates and picks as (value, id) pairs, its bitmap words.
+// Shared memory: the expert histogram of the fused counts, then one slot
+// per token of the block: its routing scores (row), its candidates and
+// picks as (value, id) pairs, its bitmap words. The bias is read from global
+// memory (L1 after the first token): a shared copy would put its fill's
+// memory latency before the first token's logits load.
 constexpr int align16(int n) { return (n + 15) / 16 * 16; }
-constexpr int OFF_HIST = HAS_BIAS ? ROW * 4 : 0;
-constexpr int OFF_SLOTS = OFF_HIST + align16(4 * E);
+constexpr int OFF_SLOTS = align16(4 * E);
 constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
 constexpr int SLOT_BYTES = align16(OFF_BITS + 4 * NBW);
 constexpr int SMEM_BYTES = OFF_SLOTS + THREADS / L * SLOT_BYTES;
-static_assert(SMEM_BYTES == 28416, "plan.lua's smem_bytes");
+static_assert(SMEM_BYTES == 27136, "plan.lua's smem_bytes");
 
 static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
 static_assert(S >= 1 && L % S == 0 && (!GROUPED || G == S * V), "a group is S whole lanes");
@@ -332,8 +333,7 @@ extern "C" __global__ void __launch_bounds__(router::THREADS)
 moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   using namespace router;
   extern __shared__ __align__(16) unsigned char smem[];
-  float *bias_row = reinterpret_cast<float *>(smem);           // [ROW], lane slices as the rows
-  int *hist = reinterpret_cast<int *>(smem + OFF_HIST);         // [E]
+  int *hist = reinterpret_cast<int *>(smem);                    // [E]
   const int lane = threadIdx.x & 31;
   const int tl = lane & (L - 1);       // lane within the token
   const int group = tl / S;            // expert group of this lane
@@ -349,22 +349,6 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   const bool want_counts = o.counts != nullptr;
   if (want_counts)
     for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
-  if constexpr (HAS_BIAS) {
-    // Loads of up to NB values a thread first, then their stores: one memory
-    // latency a chunk, not one a value (a one-warp block fills ROW / 32).
-    constexpr int NB = (ROW + 31) / 32 < 16 ? (ROW + 31) / 32 : 16;
-    for (int j0 = threadIdx.x; j0 < ROW; j0 += NB * blockDim.x) {
-      float bv[NB];
-#pragma unroll
-      for (int k = 0; k < NB; k++) {
-        const int j = j0 + k * blockDim.x, e = j / VP * V + j % VP;
-        bv[k] = j < ROW && j % VP < V && e < E ? __ldg(o.bias + e) : 0.f;
-      }
-#pragma unroll
-      for (int k = 0; k < NB; k++)
-        if (j0 + k * blockDim.x < ROW) bias_row[j0 + k * blockDim.x] = bv[k];
-    }
-  }
   __syncthreads();
   const int tokens_per_block = blockDim.x / L;
   for (long long t0 = (long long)blockIdx.x * tokens_per_block; t0 < T;
@@ -414,11 +398,11 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
     } else {
       float b[V]; // expert bias (0 without)
 #pragma unroll
-      for (int i = 0; i < V; i += SVEC) {
-        if constexpr (HAS_BIAS) load_vec<float, SVEC>(bias_row + off + i, b + i);
+      for (int i = 0; i < V; i += IVEC) {
+        if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
         else
 #pragma unroll
-          for (int j = 0; j < SVEC; j++) b[i + j] = 0.f;
+          for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
       }
 #pragma unroll
       for (int i = 0; i < V; i++) {
@@ -549,7 +533,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
       int at = incl - mine_n;
       for (mask_t m = cm; m; m &= m - 1) {
         const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
-        const float v = HAS_BIAS ? row[off + i] + bias_row[off + i] : row[off + i];
+        const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
         cand[at++] = make_float2(v, __int_as_float(base + i));
       }
       __syncwarp();
@@ -681,16 +665,17 @@ constexpr float EPSILON = 1e-20f;
 typedef bf16_t logit_t;
 typedef u32 mask_t; // one bit per position of a lane
 
-// Shared memory: the bias row (HAS_BIAS), the expert histogram of the fused
-// counts, then one slot per token of the block: its routing scores (row),
-// its candidates and picks as (value, id) pairs, its bitmap words.
+// Shared memory: the expert histogram of the fused counts, then one slot
+// per token of the block: its routing scores (row), its candidates and
+// picks as (value, id) pairs, its bitmap words. The bias is read from global
+// memory (L1 after the first token): a shared copy would put its fill's
+// memory latency before the first token's logits load.
 constexpr int align16(int n) { return (n + 15) / 16 * 16; }
-constexpr int OFF_HIST = HAS_BIAS ? ROW * 4 : 0;
-constexpr int OFF_SLOTS = OFF_HIST + align16(4 * E);
+constexpr int OFF_SLOTS = align16(4 * E);
 constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
 constexpr int SLOT_BYTES = align16(OFF_BITS + 4 * NBW);
 constexpr int SMEM_BYTES = OFF_SLOTS + THREADS / L * SLOT_BYTES;
-static_assert(SMEM_BYTES == 17664, "plan.lua's smem_bytes");
+static_assert(SMEM_BYTES == 16128, "plan.lua's smem_bytes");
 
 static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
 static_assert(S >= 1 && L % S == 0 && (!GROUPED || G == S * V), "a group is S whole lanes");
@@ -819,8 +804,7 @@ extern "C" __global__ void __launch_bounds__(router_small::THREADS)
 moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_bins) {
   using namespace router_small;
   extern __shared__ __align__(16) unsigned char smem[];
-  float *bias_row = reinterpret_cast<float *>(smem);           // [ROW], lane slices as the rows
-  int *hist = reinterpret_cast<int *>(smem + OFF_HIST);         // [E]
+  int *hist = reinterpret_cast<int *>(smem);                    // [E]
   const int lane = threadIdx.x & 31;
   const int tl = lane & (L - 1);       // lane within the token
   const int group = tl / S;            // expert group of this lane
@@ -836,22 +820,6 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
   const bool want_counts = o.counts != nullptr;
   if (want_counts)
     for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
-  if constexpr (HAS_BIAS) {
-    // Loads of up to NB values a thread first, then their stores: one memory
-    // latency a chunk, not one a value (a one-warp block fills ROW / 32).
-    constexpr int NB = (ROW + 31) / 32 < 16 ? (ROW + 31) / 32 : 16;
-    for (int j0 = threadIdx.x; j0 < ROW; j0 += NB * blockDim.x) {
-      float bv[NB];
-#pragma unroll
-      for (int k = 0; k < NB; k++) {
-        const int j = j0 + k * blockDim.x, e = j / VP * V + j % VP;
-        bv[k] = j < ROW && j % VP < V && e < E ? __ldg(o.bias + e) : 0.f;
-      }
-#pragma unroll
-      for (int k = 0; k < NB; k++)
-        if (j0 + k * blockDim.x < ROW) bias_row[j0 + k * blockDim.x] = bv[k];
-    }
-  }
   __syncthreads();
   const int tokens_per_block = blockDim.x / L;
   for (long long t0 = (long long)blockIdx.x * tokens_per_block; t0 < T;
@@ -901,11 +869,11 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
     } else {
       float b[V]; // expert bias (0 without)
 #pragma unroll
-      for (int i = 0; i < V; i += SVEC) {
-        if constexpr (HAS_BIAS) load_vec<float, SVEC>(bias_row + off + i, b + i);
+      for (int i = 0; i < V; i += IVEC) {
+        if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
         else
 #pragma unroll
-          for (int j = 0; j < SVEC; j++) b[i + j] = 0.f;
+          for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
       }
 #pragma unroll
       for (int i = 0; i < V; i++) {
@@ -1036,7 +1004,7 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
       int at = incl - mine_n;
       for (mask_t m = cm; m; m &= m - 1) {
         const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
-        const float v = HAS_BIAS ? row[off + i] + bias_row[off + i] : row[off + i];
+        const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
         cand[at++] = make_float2(v, __int_as_float(base + i));
       }
       __syncwarp();
