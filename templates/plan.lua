@@ -28,30 +28,31 @@ local function pow2_dividing(cap, ...)
   return 1
 end
 
+local function align16(n) return (n + 15) // 16 * 16 end
+
 local dtype_bytes = { fp32 = 4, bf16 = 2, fp16 = 2 }
 local dtype_ctype = { fp32 = "float", bf16 = "bf16_t", fp16 = "fp16_t" }
 
--- Router forward. A token is served by `lanes` consecutive lanes of a warp;
--- each lane owns `per_lane` consecutive experts. Groups of experts map to
--- aligned segments of `seg` lanes, so a group's top-k is a segmented warp
--- reduction. Target ~16 experts per lane: enough work per lane to amortize
--- the shuffles, few enough registers to avoid spills.
+-- Router forward (templates/router.cu.lt). A token is served by `lanes`
+-- consecutive lanes of a warp; each lane owns `per_lane` consecutive
+-- experts. Groups of experts map to aligned segments of `seg` lanes, so a
+-- group's top-k is a segmented warp reduction.
 --
--- Small T (runtime/ops_router.c: while every warp of the small kernel fits
--- on its own scheduler, 4 per SM) is latency-bound: one warp's chain per
--- token. A second kernel, moegen_router_fwd_small, targets 4 experts per
--- lane (32 lanes per token where E allows), so the list fill and the scores
--- on the chain shrink. Static SASS (nvcc 13.0, sm_90a, router unit):
--- DeepSeek-V3 16 -> 32 lanes: token loop 1367 -> 819 instructions, Qwen3 8 ->
--- 32 lanes: 1410 -> 812. Predicted (ncu: 1490 instructions per warp
--- iteration at ~5 cycles each for DeepSeek-V3 at T = 256): ~1000, kernel
--- 5.66 -> ~4.4 us, bench 7.5 -> ~6.3 us. Cost: the router unit compiles
--- both (nvcc 0.67 -> ~0.85 s for DeepSeek-V3). Measured (H200, run 10,
--- kernel time at T = 256 under ncu, main -> small kernel): DeepSeek-V3 5.60
--- -> 5.47 us, Qwen3 5.76 -> 5.06, gpt-oss 4.64 -> 4.19 (Mixtral 3.62, the
--- floor of a kernel that does almost nothing, has one shape); with two
--- winners per step (picks_per_step) 4.93, 4.83, 4.16.
+-- Selection is by threshold and rank (the kernel's header says how): its
+-- cost is the scores plus a few compares per expert and a short ranking of
+-- ~11 candidates, where the K argmax passes it replaces (sorted lists of 4,
+-- K butterflies) cost ~740 warp instructions per DeepSeek-V3 token
+-- (bench/RESULTS.md run 9: 12 M at T = 16384, 21% of copy bandwidth).
+--
+-- Two kernels of one template: the main one at ~TARGET_PER_LANE experts a
+-- lane (fewer lanes a token: the cross-lane steps are shared by more
+-- experts) and, for small T (runtime/ops_router.c: while each warp of it
+-- has a scheduler of its own, 4 per SM), one at ~TARGET_PER_LANE_SMALL
+-- (32 lanes where E allows: the shortest chain per token).
 local TARGET_PER_LANE, TARGET_PER_LANE_SMALL = 16, 4
+-- Shared memory of a router block at most: every arch's per-block limit,
+-- and 4 blocks an SM on Hopper.
+local ROUTER_SMEM_TARGET = 48 * 1024
 
 local function router_plan(target)
   local E, K = cfg.experts, cfg.topk
@@ -78,64 +79,69 @@ local function router_plan(target)
     lanes = math.min(lanes, pow2_ceil((E + per_lane - 1) // per_lane)) -- no lanes without experts
     seg = lanes
   end
+  if per_lane > 64 then
+    error("router: " .. E .. " experts need " .. per_lane .. " per lane (max 64)")
+  end
   local esize = dtype_bytes[cfg.logits_dtype]
   local threads = per_lane > 32 and 128 or 256
-  -- depth: entries of a lane's sorted candidate list. A lane rescans its
-  -- experts only when it gives away more than `depth` winners; at depth 2
-  -- that happened ~2.6 times per warp iteration for DeepSeek-V3 (16 lanes,
-  -- K = 8) and ~4.2 for Qwen3 (simulated on the bench's normal logits), at
-  -- ~190 instructions each; at 4 it is ~0.02 / ~0.16. Never more than the
-  -- picks (no rescan can happen then), at least the group's top-KG share of
-  -- a lane (the group score reads it from the list), at most per_lane.
-  -- Predicted (static SASS of sm_90a, bench inputs; not yet measured):
-  --  * depth 4: fill 16 x ~18 instead of ~9 per expert, rescans ~2.6 -> ~0.02
-  --    per warp iteration: DeepSeek-V3 ~ -150 warp-instructions per token
-  --    (of ~885), Qwen3 ~ -160 (4 tokens a warp, 4.2 -> 0.16 rescans).
-  --  * group score by a values-only merge of the lanes' lists (no KG
-  --    selection passes, no saved cursor): DeepSeek-V3 ~ -50 per token and
-  --    ~2 x 190 cycles off each token's chain.
-  --    Together: DeepSeek-V3 T = 16384 14.5 M -> ~10.5 M instructions,
-  --    29.2 -> ~22 us per call.
-  --  * small T (runtime/ops_router.c): one-warp blocks over every SM, so no
-  --    scheduler serves two token chains: T = 256 ~ -0.5 us of body.
   local picks = cfg.quantile_balancing and K + 1 or K
-  local group_need = grouped and math.min(K // cfg.group_topk, per_lane) or 1
-  local depth = math.min(math.max(math.min(4, picks), group_need), per_lane)
+  -- depth D and quota Q of the bound tau. Grouped: a lane keeps its share of
+  -- the group's top KG (the group score). Ungrouped: tau is the Q-th largest
+  -- of the lanes' D-th values, Q = ceil(picks / D); Q near lanes / 2 keeps
+  -- the candidates few. Simulated on normal logits (mean candidates per
+  -- token, 200k tokens): Qwen3 at 8 lanes D = 1 -> 19.8, D = 2 -> 12.2;
+  -- gpt-oss at 8 lanes D = 1 -> 5.0; DeepSeek-V3 (grouped) 10.8, 99.99th
+  -- percentile 29.
+  local group_k = grouped and K // cfg.group_topk or 0
+  local depth, quota
+  if grouped then
+    depth, quota = math.min(group_k, per_lane), 0
+  else
+    depth = math.min(per_lane, picks, math.max(1, (2 * picks + lanes - 1) // lanes))
+    quota = (picks + depth - 1) // depth
+  end
+  -- cap: candidates a token may list; a warp with a token over it (ties:
+  -- n > 32 in 2e-5 of DeepSeek-V3's normal tokens) picks by argmax passes.
+  -- Never more than E (n <= E).
+  local cap = math.min(2 * picks + 16, E)
+  -- slice: a lane's floats in a shared row, an odd number of 16-byte units,
+  -- so the 8 lanes of a quarter warp hit 8 different bank quads.
+  local slice = (per_lane + 3) // 4 * 4
+  if (slice // 4) % 2 == 0 then slice = slice + 4 end
+  local row = lanes * slice
+  -- A block holds a shared slot per token: at most ROUTER_SMEM_TARGET bytes
+  -- of them, halving the block (E = 28, K = 28 at one lane a token needed
+  -- 232 KiB for 256 tokens: over every arch's limit).
+  local slot_bytes = align16(4 * row + 8 * cap + 8 * picks + 4 * ((E + 31) // 32))
+  local fixed = align16(4 * E)
+  while threads > 32 and fixed + threads // lanes * slot_bytes > ROUTER_SMEM_TARGET do
+    threads = threads // 2
+  end
+  local tokens_per_block = threads // lanes
   local p = {
     experts = E,
     topk = K,
     grouped = grouped,
     ngroups = ngroups,
     gsize = grouped and gsize or E,
-    group_k = grouped and K // cfg.group_topk or 0,
+    group_k = group_k,
     group_topk = grouped and cfg.group_topk or 0,
     lanes = lanes,
     seg = seg,
     per_lane = per_lane,
     depth = depth,
-    -- winners per selection step: 2 (select_two, a top-2 butterfly: half
-    -- the steps of the dependent chain, ~1.6x the instructions of each) in
-    -- the latency-bound small-T kernel only. Measured (H200, bench/RESULTS.md
-    -- run 10): small kernel at T = 256, kernel time DeepSeek-V3 5.47 -> 4.93
-    -- us, Qwen3 5.06 -> 4.83; in the main kernel at T = 16384 it spilled
-    -- (64 registers) and was slower (DeepSeek-V3 23.9 -> 26.1 us per call,
-    -- Qwen3 15.2 -> 16.9).
-    picks_per_step = target == TARGET_PER_LANE_SMALL and 2 or 1,
+    quota = quota,
+    cap = cap,
+    slice = slice,
     -- vector widths (elements) of each access; all divide E and per_lane
     logit_vec = pow2_dividing(16 // esize, E, per_lane),
     map_vec = pow2_dividing(16, E, per_lane),
     inter_vec = pow2_dividing(4, E, per_lane),
+    slice_vec = pow2_dividing(4, per_lane),
     threads = threads,
-    -- cap registers at 64 for 4 resident blocks (32 warps) where that was
-    -- seen not to spill (<= 16 experts and at most one compact entry per
-    -- lane; sm_90a only: with depth-4 lists sm_80's code spilled 4 bytes).
-    -- Not the small-T kernel: it runs at most 4 warps an SM
-    -- (runtime/ops_router.c), so it takes the registers it needs (Kimi-K2's
-    -- spilled at 64).
-    min_blocks = (target ~= TARGET_PER_LANE_SMALL and per_lane <= 16 and K <= lanes
-                  and opt.arch == "sm_90a") and 4 or 1,
-    tokens_per_block = threads // 32 * (32 // lanes),
-    smem_bytes = 4 * E, -- per-block expert histogram for the fused counts
+    tokens_per_block = tokens_per_block,
+    -- the expert histogram, one slot per token
+    smem_bytes = fixed + tokens_per_block * slot_bytes,
     logits_type = dtype_ctype[cfg.logits_dtype],
     logits_dtype_id = ({ fp32 = 0, bf16 = 1, fp16 = 2 })[cfg.logits_dtype],
   }

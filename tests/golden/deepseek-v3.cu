@@ -144,6 +144,20 @@ template <int W> __device__ __forceinline__ u64 seg_argmax(u64 k) {
 //   E = 256, K = 8, score = sigmoid,
 //   groups = 8 x 32 (keep 4), bias = true, scaling = 2.5
 //   logits bf16; 16 lanes per token, 16 experts per lane
+//
+// Selection by threshold and rank, per token:
+//  1. each lane scores its V experts and keeps its D largest routing values;
+//  2. a lower bound tau of the PICKS-th largest routing value: the smallest
+//     group top-KG value of the kept groups (grouped), or the Q-th largest of
+//     the lanes' D-th values (Q lanes hold Q * D >= PICKS values >= it);
+//  3. the candidates, routing values >= tau (~11 of 256 for DeepSeek-V3's
+//     inputs), go to a shared list in expert order; each is ranked by the
+//     candidates that beat it (value descending, then id ascending: SPEC's
+//     tie order), rank k < PICKS is pick k;
+//  4. a warp with a token of more than CAP candidates (ties), or a kernel of
+//     one lane a token, picks instead by PICKS argmax passes over them;
+//  5. the lanes owning experts write the dense rows (zeros / intermediate);
+//     the picks' lanes write their entries over them.
 namespace router {
 constexpr int E = 256;          // experts
 constexpr int K = 8;          // selected per token
@@ -151,111 +165,57 @@ constexpr int L = 16;          // lanes per token (power of two)
 constexpr int S = 2;          // lanes per expert group (power of two, divides L)
 constexpr int NG = 8;         // expert groups (1 = no group-limited routing)
 constexpr int G = 32;          // experts per group
-constexpr int V = 16;          // experts per lane
+constexpr int V = 16;          // experts per lane: lane l owns [l * V, l * V + V)
 constexpr int KG = 2;         // top values summed into a group's score
 constexpr int GTOPK = 4;      // groups kept per token
-constexpr int D = 4;          // entries of a lane's sorted candidate list
+constexpr int D = 2;          // routing values a lane keeps for the bound
+constexpr int Q = 0;          // ungrouped: the bound is the Q-th largest lane value
+constexpr int CAP = 32;        // candidates a token may list (more: argmax passes)
 constexpr bool GROUPED = true;
-constexpr int STEP = 1;       // winners per selection step (select_one / select_two)
+constexpr int VP = 20;         // floats of a lane's slice in shared rows (an odd number of 16-byte units)
+constexpr int ROW = L * VP;                     // floats of a token's shared row
+constexpr bool FULL = L * V == E;               // every lane holds V real experts
 constexpr int LVEC = 8;       // logits/probs elements per access
 constexpr int MVEC = 16;       // routing-map bytes per access
 constexpr int IVEC = 4;       // intermediate floats per access
-constexpr int BVEC = IVEC;                      // bias floats per access (fp32 like intermediate)
-constexpr int THREADS = 256;          // the largest block; the host may launch fewer warps
-constexpr int MIN_BLOCKS = 4; // __launch_bounds__ occupancy floor
+constexpr int SVEC = 4;       // shared-row floats per access
+constexpr int THREADS = 256;          // the largest block (its slots fit the smem target); the host may launch fewer warps
 constexpr int NBYTES = (E + 7) / 8;             // bitmap bytes per token
-constexpr int NB = (NBYTES + L - 1) / L;        // bitmap bytes per lane: byte b lives in lane b % L, slot b / L
+constexpr int NBW = (E + 31) / 32;              // bitmap words per token (shared)
 enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
 constexpr int SCORE = 0;
 constexpr bool PRE_SOFTMAX = false;
+constexpr bool POST_SOFTMAX = SCORE == SOFTMAX && !PRE_SOFTMAX;
 constexpr bool HAS_BIAS = true;
 constexpr bool QB = false; // quantile balancing (SPEC 3)
-constexpr int PICKS = QB ? K + 1 : K; // selection passes: QB's (K+1)-th pick is the cutoff
+constexpr int PICKS = QB ? K + 1 : K; // picks: QB's (K+1)-th is the cutoff
 constexpr float SCALING = 2.500000000e+00f;
 constexpr float EPSILON = 1e-20f;
 typedef bf16_t logit_t;
-
-static_assert(STEP == 1 || STEP == 2, "winners per step");
-static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
-static_assert(S >= 1 && L % S == 0, "lanes per group");
-static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0, "vector widths");
-static_assert(V <= 64, "selection mask is 64 bits");
-static_assert(D >= 1 && D <= V && (!GROUPED || D >= (KG < V ? KG : V)), "a lane's list holds its group top-KG");
 typedef u32 mask_t; // one bit per position of a lane
+
+// Shared memory: the expert histogram of the fused counts, then one slot
+// per token of the block: its routing scores (row), its candidates and
+// picks as (value, id) pairs, its bitmap words. The bias is read from global
+// memory (L1 after the first token): a shared copy would put its fill's
+// memory latency before the first token's logits load.
+constexpr int align16(int n) { return (n + 15) / 16 * 16; }
+constexpr int OFF_SLOTS = align16(4 * E);
+constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
+constexpr int SLOT_BYTES = align16(OFF_BITS + 4 * NBW);
+constexpr int SMEM_BYTES = OFF_SLOTS + THREADS / L * SLOT_BYTES;
+static_assert(SMEM_BYTES == 27136, "plan.lua's smem_bytes");
+
+static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
+static_assert(S >= 1 && L % S == 0 && (!GROUPED || G == S * V), "a group is S whole lanes");
+static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0 && V % SVEC == 0, "vector widths");
+static_assert(V <= 64, "selection mask is 64 bits");
+static_assert(VP >= V && VP % 4 == 0, "shared slices are 16-byte aligned");
+static_assert(D >= 1 && D <= V && (!GROUPED || D == (KG < V ? KG : V)), "a lane's list holds its group top-KG");
+static_assert(GROUPED || (Q >= 1 && Q <= L && Q * D >= PICKS), "Q lanes' D values bound the picks");
+static_assert(CAP >= PICKS && CAP <= E, "candidate list");
 static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
 static_assert(!QB || (SCORE == SIGMOID && HAS_BIAS && !GROUPED && K < E), "quantile balancing");
-
-// A lane's running top-D list over the experts it owns that rank after the
-// last one it gave away (lv, li), sorted by (value descending, position
-// ascending). Taking the k-th winner pops the winner lane's head; a lane
-// whose list ran dry rescans (rare for D = 4: it needs D+1 winners).
-struct Cursor {
-  float v[D]; // routing values, v[0] ranks first; empty entries are -inf
-  int i[D];   // positions within the lane (V = empty)
-  float lv;   // last value popped
-  int li;     // its position (-1 = nothing popped yet; V: the lane was cleared, nothing left)
-  int avail;  // entries left in the list
-};
-
-// Fills c.v/c.i with the top D of the lane's positions by one insertion
-// pass in position order. A refill (FIRST = false) only sees what ranks
-// after (lv, li). Strict compares: an equal value stays behind the lower
-// position already listed. Experts whose value is -inf are never offered
-// (SPEC: -inf/NaN undefined).
-template <bool FIRST> __device__ __forceinline__ void cursor_fill(Cursor &c, const float (&r)[V]) {
-#pragma unroll
-  for (int d = 0; d < D; d++) {
-    c.v[d] = -MOEGEN_INF;
-    c.i[d] = V;
-  }
-#pragma unroll
-  for (int i = 0; i < V; i++) {
-    float x = r[i];
-    if constexpr (!FIRST) x = (x < c.lv || (x == c.lv && i > c.li)) ? x : -MOEGEN_INF;
-    bool b[D]; // x ranks before entry d
-#pragma unroll
-    for (int d = 0; d < D; d++) b[d] = x > c.v[d];
-#pragma unroll
-    for (int d = D - 1; d > 0; d--) {
-      c.i[d] = b[d - 1] ? c.i[d - 1] : (b[d] ? i : c.i[d]);
-      c.v[d] = fmaxf(c.v[d], fminf(x, c.v[d - 1]));
-    }
-    c.i[0] = b[0] ? i : c.i[0];
-    c.v[0] = fmaxf(c.v[0], x);
-  }
-  c.avail = D;
-}
-
-__device__ __forceinline__ void cursor_reset(Cursor &c, const float (&r)[V]) {
-  c.lv = MOEGEN_INF;
-  c.li = -1;
-  cursor_fill<true>(c, r);
-}
-
-// The lane offers nothing from now on (its group was not kept).
-__device__ __forceinline__ void cursor_clear(Cursor &c) {
-#pragma unroll
-  for (int d = 0; d < D; d++) {
-    c.v[d] = -MOEGEN_INF;
-    c.i[d] = V;
-  }
-  c.lv = -MOEGEN_INF;
-  c.li = V;
-  c.avail = D;
-}
-
-__device__ __forceinline__ void cursor_pop(Cursor &c) {
-  c.lv = c.v[0];
-  c.li = c.i[0];
-#pragma unroll
-  for (int d = 0; d + 1 < D; d++) {
-    c.v[d] = c.v[d + 1];
-    c.i[d] = c.i[d + 1];
-  }
-  c.v[D - 1] = -MOEGEN_INF;
-  c.i[D - 1] = V;
-  c.avail -= 1;
-}
 
 // Lanes [seg0, seg0 + L) of the warp that serve this lane's token, as a
 // ballot mask.
@@ -263,117 +223,49 @@ __device__ __forceinline__ u32 token_lanes(int lane) {
   return L == 32 ? MOEGEN_FULL_MASK : ((1u << L) - 1) << (lane & ~(L - 1));
 }
 
-// One selection step over a token's L lanes: refills dry lanes, finds the
-// token's best head, pops it from its owner. Returns the winner's value and
-// expert id in every lane of the token; *mine tells the owner lane, *pos its
-// position there.
-// The best value is a float max-butterfly; its owner is the lowest lane that
-// holds it. That is the SPEC tie order (value descending, then id ascending)
-// because a lane's experts all precede the next lane's, and a lane's head is
-// its lowest position among equal values. A token with nothing left (every
-// head -inf) yields id E and no owner.
-__device__ __forceinline__ void select_one(Cursor &c, const float (&r)[V], int base, int lane,
-                                           float &wv, int &we, bool &mine, int &pos) {
-  if (__any_sync(MOEGEN_FULL_MASK, c.avail == 0)) {
-    if (c.avail == 0) cursor_fill<false>(c, r);
-  }
-  wv = seg_max<L>(c.v[0]);
-  const u32 hit = __ballot_sync(MOEGEN_FULL_MASK, c.v[0] == wv) & token_lanes(lane);
-  const int owner = __ffs(hit) - 1;
-  const bool some = wv != -MOEGEN_INF;
-  we = __shfl_sync(MOEGEN_FULL_MASK, base + c.i[0], owner);
-  we = some ? we : E;
-  mine = some && lane == owner;
-  pos = c.i[0];
-  if (mine) cursor_pop(c);
+// The minimum of x over aligned segments of W lanes where x is already
+// the same on aligned runs of R lanes (R = W: x itself).
+template <int W, int R> __device__ __forceinline__ float seg_min(float x) {
+#pragma unroll
+  for (int o = W / 2; o >= R; o /= 2) x = fminf(x, __shfl_xor_sync(MOEGEN_FULL_MASK, x, o));
+  return x;
 }
 
-// The best two of W-lane segments' value pairs (a0 >= a1 in each lane), by
-// a top-2 butterfly: every lane ends with the segment's two largest values
-// (a value held twice counts twice).
-template <int W> __device__ __forceinline__ void seg_top2(float &a0, float &a1) {
+// Inserts x into the descending list t (values only; a value held twice
+// counts twice).
+template <int N> __device__ __forceinline__ void list_insert(float (&t)[N], float x) {
 #pragma unroll
-  for (int o = W / 2; o > 0; o /= 2) {
-    const float b0 = __shfl_xor_sync(MOEGEN_FULL_MASK, a0, o), b1 = __shfl_xor_sync(MOEGEN_FULL_MASK, a1, o);
-    a1 = fmaxf(fminf(a0, b0), fmaxf(a1, b1));
-    a0 = fmaxf(a0, b0);
-  }
-}
-
-// A lane must hold this many list entries before a two-winner step (it may
-// give both away); 0 when its list holds all its experts (D = V: nothing to
-// rescan), 1 when D = 1 < V (then PICKS = 1 and the second winner is unused).
-constexpr int REFILL_BELOW = D < V ? (D < 2 ? 1 : 2) : 0;
-
-// Two selection steps at once over a token's L lanes: refills lanes that
-// could run dry, finds the token's best two entries, pops them from their
-// owners. Winner h's value and expert id reach every lane of the token as
-// wv[h], we[h]; mine[h] tells its owner lane, pos[h] its position there.
-// Both values come from one top-2 butterfly over the lanes' first two list
-// entries. The first winner's owner is the lowest lane whose head is wv[0];
-// the second's, the lowest lane whose next entry (the first owner's second
-// entry, every other lane's head) is wv[1]. That is the SPEC tie order
-// (value descending, then id ascending): a lane's experts all precede the
-// next lane's, and a lane's list puts the lower position first among equal
-// values. A token with nothing left (-inf) yields id E and no owner.
-__device__ __forceinline__ void select_two(Cursor &c, const float (&r)[V], int base, int lane,
-                                           float (&wv)[2], int (&we)[2], bool (&mine)[2],
-                                           int (&pos)[2]) {
-  if constexpr (REFILL_BELOW > 0) {
-    if (__any_sync(MOEGEN_FULL_MASK, c.avail < REFILL_BELOW)) {
-      if (c.avail < REFILL_BELOW) cursor_fill<false>(c, r);
-    }
-  }
-  const float v1 = D > 1 ? c.v[D > 1 ? 1 : 0] : -MOEGEN_INF;
-  const int i1 = D > 1 ? c.i[D > 1 ? 1 : 0] : V;
-  wv[0] = c.v[0];
-  wv[1] = v1;
-  seg_top2<L>(wv[0], wv[1]);
-  const u32 seg = token_lanes(lane);
-  const int o0 = __ffs(__ballot_sync(MOEGEN_FULL_MASK, c.v[0] == wv[0]) & seg) - 1;
-  const bool first = lane == o0;
-  const float next = first ? v1 : c.v[0];
-  pos[0] = c.i[0];
-  pos[1] = first ? i1 : c.i[0];
-  const int o1 = __ffs(__ballot_sync(MOEGEN_FULL_MASK, next == wv[1]) & seg) - 1;
-  we[0] = __shfl_sync(MOEGEN_FULL_MASK, base + pos[0], o0);
-  we[1] = __shfl_sync(MOEGEN_FULL_MASK, base + pos[1], o1);
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const bool some = wv[h] != -MOEGEN_INF;
-    we[h] = some ? we[h] : E;
-    mine[h] = some && lane == (h == 0 ? o0 : o1);
-  }
-  if (mine[0]) cursor_pop(c);
-  if (mine[1]) cursor_pop(c);
+  for (int d = N - 1; d > 0; d--) t[d] = fmaxf(t[d], fminf(x, t[d - 1]));
+  t[0] = fmaxf(t[0], x);
 }
 
 // Group score (SPEC 1 step 3): the sum of the top KG routing values of the
-// group, added in descending order from 0 like the reference. Values only
-// (ties do not change the sum): each lane starts from the first KG entries
-// of its fresh list (D >= min(KG, V), so they are its top KG), and a
-// butterfly over the group's S lanes merges the partner's sorted list into
-// its own, keeping the top KG.
-template <int N> __device__ __forceinline__ float group_score(const Cursor &c) {
-  float m[N]; // N = KG
+// group, added in descending order from 0 like the reference. Each lane
+// starts from its own top D (D = min(KG, V)); a butterfly over the group's S
+// lanes merges the partner's list into its own. m ends as the group's top KG
+// in every lane of the group.
+__device__ __forceinline__ float group_score(const float (&top)[D], float (&m)[KG > 0 ? KG : 1]) {
+  constexpr int N = KG > 0 ? KG : 1;
 #pragma unroll
-  for (int j = 0; j < N; j++) m[j] = j < D ? c.v[j % D] : -MOEGEN_INF;
+  for (int j = 0; j < N; j++) m[j] = j < D ? top[j < D ? j : 0] : -MOEGEN_INF;
 #pragma unroll
   for (int o = S / 2; o > 0; o /= 2) {
     float p[N];
 #pragma unroll
     for (int j = 0; j < N; j++) p[j] = __shfl_xor_sync(MOEGEN_FULL_MASK, m[j], o);
 #pragma unroll
-    for (int j = 0; j < N; j++) { // insert p[j] into the sorted m
-#pragma unroll
-      for (int d = N - 1; d > 0; d--) m[d] = fmaxf(m[d], fminf(p[j], m[d - 1]));
-      m[0] = fmaxf(m[0], p[j]);
-    }
+    for (int j = 0; j < N; j++) list_insert(m, p[j]);
   }
   float g = 0.f;
 #pragma unroll
   for (int j = 0; j < N; j++) g += m[j];
   return g;
+}
+
+// Candidate a beats candidate b: value descending, then id ascending
+// (bitwise operators: no branches in the ranking loop).
+__device__ __forceinline__ int beats(float2 a, float2 b) {
+  return (a.x > b.x) | ((a.x == b.x) & (__float_as_int(a.y) < __float_as_int(b.y)));
 }
 
 // 1/y for y >= 1, branch-free: the fast path of IEEE __frcp_rn (an
@@ -431,40 +323,49 @@ struct Outputs {
 
 // Grid: persistent, any number of blocks of any multiple of 32 threads up to
 // THREADS (a block serves blockDim.x / L tokens per iteration; the host
-// picks the shape, see runtime/ops_router.c); dynamic smem = 4*E bytes
-// (expert histogram).
+// picks the shape, see runtime/ops_router.c); dynamic smem = SMEM_BYTES.
 // logits [T,E]  bias [E] fp32  probs [T,E]  map [T,E] u8  bitmap [T,NBYTES] u8
 // idx [T,K] (index_dtype 0 int32, 1 int16, 2 int64)  weights [T,K] f32
 // inter [T,E] f32  counts [E] i32 (zeroed by the host before the launch).
 // QB modules: qb_hist [E, qb_bins] i32 (+= one count per (token, expert))
 // qb_bounds [2] f32  qb_cutoff [T] f32. Any output may be null.
-extern "C" __global__ void __launch_bounds__(router::THREADS, router::MIN_BLOCKS)
+extern "C" __global__ void __launch_bounds__(router::THREADS)
 moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   using namespace router;
-  extern __shared__ int hist[];
-  const bool want_counts = o.counts != nullptr;
-  if (want_counts) {
-    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
-    __syncthreads();
-  }
+  extern __shared__ __align__(16) unsigned char smem[];
+  int *hist = reinterpret_cast<int *>(smem);                    // [E]
   const int lane = threadIdx.x & 31;
   const int tl = lane & (L - 1);       // lane within the token
   const int group = tl / S;            // expert group of this lane
-  const int base = group * G + (tl % S) * V; // first expert of this lane
-  const int tokens_per_block = blockDim.x / L;
+  const int base = tl * V;             // first expert of this lane (= group * G + (tl % S) * V)
+  const int off = tl * VP;             // this lane's slice of a shared row
+  const int seg0 = lane & ~(L - 1);    // the token's first lane
   const int slot = threadIdx.x / L;
+  unsigned char *sp = smem + OFF_SLOTS + slot * SLOT_BYTES;
+  float *row = reinterpret_cast<float *>(sp);               // [ROW] scores s (softmax: s = r)
+  float2 *cand = reinterpret_cast<float2 *>(sp + OFF_CAND); // [CAP] (routing value, id)
+  float2 *win = reinterpret_cast<float2 *>(sp + OFF_WIN);   // [PICKS] pick k = (value, id)
+  u32 *bits = reinterpret_cast<u32 *>(sp + OFF_BITS);       // [NBW] bitmap words
+  const bool want_counts = o.counts != nullptr;
+  if (want_counts)
+    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+  __syncthreads();
+  const int tokens_per_block = blockDim.x / L;
   for (long long t0 = (long long)blockIdx.x * tokens_per_block; t0 < T;
        t0 += (long long)gridDim.x * tokens_per_block) {
+    __syncwarp(); // the slot's last readers are done
     const long long t = t0 + slot;
     const bool live = t < T;
     const bool owned = live && group < NG && base < E; // lane holds real experts
-    // ---- load logits, compute scores
+    // ---- load logits, compute scores. FULL: every lane holds V real
+    // experts, so lanes of a token past T read row t0 (any real row) and
+    // nothing is predicated; what they pick is never written.
     float x[V];
 #pragma unroll
     for (int i = 0; i < V; i += LVEC) {
       logit_t v[LVEC];
-      if (owned && base + i < E) {
-        load_vec<logit_t, LVEC>(o.logits + t * E + base + i, v);
+      if (FULL || (owned && base + i < E)) {
+        load_vec<logit_t, LVEC>(o.logits + (FULL && !live ? t0 : t) * E + base + i, v);
 #pragma unroll
         for (int j = 0; j < LVEC; j++) x[i + j] = to_f32(v[j]);
       } else {
@@ -495,178 +396,212 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
 #pragma unroll
       for (int i = 0; i < V; i++) r[i] = s[i] = x[i];
     } else {
-      float b[V]; // expert bias (0 without), loaded before the scores so the loads overlap them
+      float b[V]; // expert bias (0 without)
 #pragma unroll
-      for (int i = 0; i < V; i += BVEC) {
-        if (HAS_BIAS && owned && base + i < E) load_vec<float, BVEC>(o.bias + base + i, b + i);
+      for (int i = 0; i < V; i += IVEC) {
+        if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
         else
 #pragma unroll
-          for (int j = 0; j < BVEC; j++) b[i + j] = 0.f;
+          for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
       }
 #pragma unroll
       for (int i = 0; i < V; i++) {
-        const bool real = owned && base + i < E;
         s[i] = score_of(x[i]);
-        r[i] = real ? (HAS_BIAS ? s[i] + b[i] : s[i]) : -MOEGEN_INF;
+        const float v = HAS_BIAS ? s[i] + b[i] : s[i];
+        r[i] = FULL || (owned && base + i < E) ? v : -MOEGEN_INF;
       }
     }
-    Cursor c;
-    cursor_reset(c, r);
-    // ---- group-limited routing: score groups, keep the best GTOPK
-    if constexpr (GROUPED) {
-      // A group is kept iff fewer than GTOPK groups rank before it.
-      const float gscore = group_score<KG>(c);
-      const float gv = group < NG ? gscore : -MOEGEN_INF;
-      const int seg0 = lane & ~(L - 1);
-      int rank = 0;
+    // ---- the token's scores to its shared row (FULL: also past T, so what
+    // those lanes list is what they scored); dense outputs the picks overwrite
+    if (FULL || owned) {
 #pragma unroll
-      for (int g = 0; g < NG; g++) {
-        float og = __shfl_sync(MOEGEN_FULL_MASK, gv, seg0 + g * S);
-        rank += ranks_before(og, g, gv, group);
-      }
-      if (!(rank < GTOPK && group < NG)) cursor_clear(c); // the lane's group is out
-    }
-    // ---- top-K
-    mask_t sel = 0;   // positions this lane won
-    float norm = 0.f; // sum of selected scores (sigmoid/sqrtsoftplus) or exps (post-softmax)
-    float top = 0.f;  // best value (post-softmax shift)
-    constexpr int J = (K + L - 1) / L; // compact outputs: entry k lives in lane k % L, slot k / L
-    int my_e[J];
-    float my_w[J];
-    u32 bits[NB]; // bitmap bytes of this lane, filled from the broadcast winners
+      for (int i = 0; i < V; i += SVEC) {
+        float v[SVEC];
 #pragma unroll
-    for (int j = 0; j < NB; j++) bits[j] = 0;
-    float cutoff = 0.f; // QB: the (K+1)-th routing value; the K routes are the picks before it
-#pragma unroll 1
-    for (int k0 = 0; k0 < PICKS; k0 += STEP) {
-      float wv2[2];
-      int we2[2], pos2[2];
-      bool mine2[2];
-      if constexpr (STEP == 2) select_two(c, r, base, lane, wv2, we2, mine2, pos2);
-      else select_one(c, r, base, lane, wv2[0], we2[0], mine2[0], pos2[0]);
-#pragma unroll 1
-      for (int h = 0; h < STEP; h++) { // not unrolled: two copies of the bookkeeping spilled
-        const int k = k0 + h;
-        const float wv = h ? wv2[1] : wv2[0];
-        const int we = h ? we2[1] : we2[0];
-        const bool mine = h ? mine2[1] : mine2[0];
-        const int pos = h ? pos2[1] : pos2[0];
-        if (k >= PICKS) break;
-        if (QB && k == K) { // ties at the cutoff rank by id, so this pick is the largest-id tie
-          cutoff = wv;
-          break; // k = K is the last pick (PICKS = K + 1): the outer loop ends too
-        }
-        if (mine) sel |= (mask_t)1 << pos;
-        if (mine && live && want_counts && we < E) atomicAdd(&hist[we], 1);
-        if constexpr (SCORE == SOFTMAX && !PRE_SOFTMAX) {
-          if (k == 0) top = wv;
-          norm += expf(wv - top);
-        } else if constexpr (!HAS_BIAS) {
-          norm += wv; // unbiased: the routing value is the score
-        }
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-          if (k == j * L + tl) {
-            my_e[j] = we;
-            my_w[j] = wv;
-          }
-        }
-        if (o.bitmap && we < E) {
-#pragma unroll
-          for (int j = 0; j < NB; j++) bits[j] |= (we >> 3) == j * L + tl ? 1u << (we & 7) : 0u;
-        }
+        for (int j = 0; j < SVEC; j++) v[j] = s[i + j];
+        store_vec<float, SVEC>(row + off + i, v);
       }
     }
-    // ---- probabilities of the selected experts
-    if constexpr (HAS_BIAS) { // wv was s + bias: sum the unbiased s of the lane's winners
-      float part = 0.f;
+    if (owned) {
+      if (o.probs) {
 #pragma unroll
-      for (int i = 0; i < V; i++) part += (sel >> i) & 1 ? s[i] : 0.f;
-      norm = seg_sum<L>(part);
-      if (o.weights) { // the compact entries need s by expert id: recompute from the logit
-#pragma unroll
-        for (int j = 0; j < J; j++)
-          if (j * L + tl < K)
-            my_w[j] = live && my_e[j] < E ? score_of(to_f32(o.logits[t * E + my_e[j]])) : 0.f;
-      }
-    }
-    float scale; // p = s * scale (post-softmax: p = exp(s - top) * scale)
-    if constexpr (SCORE == SOFTMAX) scale = PRE_SOFTMAX ? 1.f : 1.f / norm;
-    else scale = K > 1 ? 1.f / (norm + EPSILON) : 1.f;
-    auto prob = [&](float v) {
-      if constexpr (SCORE == SOFTMAX && !PRE_SOFTMAX) return expf(v - top) * scale;
-      else return v * scale;
-    };
-    if (!live) continue;
-    if (o.idx || o.weights) {
-#pragma unroll
-      for (int j = 0; j < J; j++) {
-        const int k = j * L + tl;
-        if (k < K && o.idx) {
-          if (index_dtype == 1) ((short *)o.idx)[t * K + k] = (short)my_e[j];
-          else if (index_dtype == 2) ((long long *)o.idx)[t * K + k] = my_e[j];
-          else ((int *)o.idx)[t * K + k] = my_e[j];
-        }
-        if (k < K && o.weights) o.weights[t * K + k] = SCALING * prob(my_w[j]);
-      }
-    }
-    if constexpr (QB) {
-      if (o.qb_cutoff && tl == 0) o.qb_cutoff[t] = cutoff;
-      if (o.qb_hist && owned) qb_accumulate(o.qb_hist, o.qb_bounds, qb_bins, cutoff, s, base);
-    }
-    if (o.bitmap) {
-#pragma unroll
-      for (int j = 0; j < NB; j++)
-        if (j * L + tl < NBYTES) o.bitmap[t * NBYTES + j * L + tl] = (u8)bits[j];
-    }
-    if (!owned) continue;
-    if (o.probs) {
-#pragma unroll
-      for (int i = 0; i < V; i += LVEC) {
-        if (base + i < E) {
+        for (int i = 0; i < V; i += LVEC) {
           logit_t v[LVEC];
 #pragma unroll
-          for (int j = 0; j < LVEC; j++)
-            v[j] = from_f32<logit_t>((sel >> (i + j)) & 1 ? SCALING * prob(s[i + j]) : 0.f);
-          store_vec<logit_t, LVEC>(o.probs + t * E + base + i, v);
+          for (int j = 0; j < LVEC; j++) v[j] = from_f32<logit_t>(0.f);
+          if (base + i < E) store_vec<logit_t, LVEC>(o.probs + t * E + base + i, v);
         }
       }
-    }
-    if (o.map) {
+      if (o.map) {
 #pragma unroll
-      for (int i = 0; i < V; i += MVEC) {
-        if (base + i < E) {
+        for (int i = 0; i < V; i += MVEC) {
           u8 v[MVEC];
-          if constexpr (MVEC % 4 == 0) { // 4 bits -> 4 bytes at a time
 #pragma unroll
-            for (int j = 0; j < MVEC; j += 4) {
-              const u32 w = spread_bits4((u32)(sel >> (i + j)) & 0xfu);
-#pragma unroll
-              for (int b = 0; b < 4; b++) v[j + b] = (u8)(w >> (8 * b));
-            }
-          } else {
-#pragma unroll
-            for (int j = 0; j < MVEC; j++) v[j] = (sel >> (i + j)) & 1;
-          }
-          store_vec<u8, MVEC>(o.map + t * E + base + i, v);
+          for (int j = 0; j < MVEC; j++) v[j] = 0;
+          if (base + i < E) store_vec<u8, MVEC>(o.map + t * E + base + i, v);
         }
       }
-    }
-    if (o.inter) {
+      if (o.inter) {
 #pragma unroll
-      for (int i = 0; i < V; i += IVEC) {
-        if (base + i < E) {
+        for (int i = 0; i < V; i += IVEC) {
           float v[IVEC];
 #pragma unroll
           for (int j = 0; j < IVEC; j++) {
-            const bool on = (sel >> (i + j)) & 1;
             if constexpr (SCORE == SQRTSOFTPLUS) v[j] = x[i + j];
-            else if constexpr (SCORE == SOFTMAX && !PRE_SOFTMAX) v[j] = on ? prob(s[i + j]) : -MOEGEN_INF;
+            else if constexpr (POST_SOFTMAX) v[j] = -MOEGEN_INF; // the picks write their probs
             else v[j] = s[i + j];
           }
-          store_vec<float, IVEC>(o.inter + t * E + base + i, v);
+          if (base + i < E) store_vec<float, IVEC>(o.inter + t * E + base + i, v);
         }
       }
+    }
+    if (o.bitmap)
+      for (int w = tl; w < NBW; w += L) bits[w] = 0;
+    // ---- the lane's D best routing values, the bound tau
+    float top[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) top[d] = -MOEGEN_INF;
+#pragma unroll
+    for (int i = 0; i < V; i++) list_insert(top, r[i]);
+    float tau;
+    bool kept = true; // the lane's group is kept
+    if constexpr (GROUPED) {
+      // A group is kept iff fewer than GTOPK groups rank before it; the kept
+      // groups' KG-th values bound the K picks (GTOPK * KG = K of them).
+      float m[KG > 0 ? KG : 1];
+      const float gscore = group_score(top, m);
+      const float gv = group < NG ? gscore : -MOEGEN_INF;
+      int rank = 0;
+#pragma unroll
+      for (int g = 0; g < NG; g++) {
+        const float og = __shfl_sync(MOEGEN_FULL_MASK, gv, seg0 + g * S);
+        rank += ranks_before(og, g, gv, group);
+      }
+      kept = rank < GTOPK && group < NG;
+      tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
+    } else {
+      // The Q-th largest of the lanes' D-th values (ties by lane).
+      const float mine = top[D - 1];
+      int rank = 0;
+#pragma unroll
+      for (int l = 0; l < L; l++) {
+        const float ol = __shfl_sync(MOEGEN_FULL_MASK, mine, seg0 + l);
+        rank += ol > mine || (ol == mine && l < tl);
+      }
+      const u32 at = __ballot_sync(MOEGEN_FULL_MASK, rank == Q - 1) & token_lanes(lane);
+      tau = __shfl_sync(MOEGEN_FULL_MASK, mine, __ffs(at) - 1);
+    }
+    // ---- candidates: the lane's routing values >= tau, at list position pos
+    const float lo = fmaxf(tau, -3.402823466e38f); // -inf is never a candidate
+    mask_t cm = 0;
+#pragma unroll
+    for (int i = 0; i < V; i++) cm |= r[i] >= lo ? (mask_t)1 << i : 0;
+    if (!kept) cm = 0;
+    const int mine_n = sizeof(mask_t) == 8 ? __popcll((u64)cm) : __popc((u32)cm);
+    int incl = mine_n; // inclusive prefix over the token's lanes
+#pragma unroll
+    for (int d = 1; d < L; d *= 2) {
+      const int y = __shfl_up_sync(MOEGEN_FULL_MASK, incl, d);
+      if (tl >= d) incl += y;
+    }
+    const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
+    int nwin; // picks listed in win (fewer than PICKS only without enough finite values)
+    if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
+      // PICKS argmax passes over the candidates, for the whole warp: where a
+      // token has many (ties), and at one lane a token, where the passes
+      // need no shuffles and the shared list would be pure overhead.
+      mask_t left = cm;
+#pragma unroll 1
+      for (int k = 0; k < PICKS; k++) {
+        float bv = -MOEGEN_INF;
+        int bi = 0;
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+          const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
+          bv = better ? r[i] : bv;
+          bi = better ? i : bi;
+        }
+        const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
+        const u64 best = seg_argmax<L>(key);
+        if (best != 0ull && key == best) left &= ~((mask_t)1 << bi);
+        if (tl == k % L)
+          win[k] = best != 0ull ? make_float2(rank_key_value(best), __int_as_float(rank_key_id(best)))
+                                : make_float2(-MOEGEN_INF, __int_as_float(E));
+      }
+      nwin = PICKS;
+    } else {
+      int at = incl - mine_n;
+      for (mask_t m = cm; m; m &= m - 1) {
+        const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
+        const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
+        cand[at++] = make_float2(v, __int_as_float(base + i));
+      }
+      __syncwarp();
+      for (int c = tl; c < n; c += L) {
+        const float2 me = cand[c];
+        int rank = 0;
+        for (int q = 0; q < n; q++) rank += beats(cand[q], me);
+        if (rank < PICKS) win[rank] = me;
+      }
+      nwin = n < PICKS ? n : PICKS;
+    }
+    __syncwarp();
+    // ---- the picks: lane tl writes pick k = j * L + tl
+    constexpr int J = (PICKS + L - 1) / L;
+    int pe[J];   // expert id (E: none; NaN inputs may leave others: only ids < E are used)
+    float pv[J]; // routing value
+    float ps[J]; // score s
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      const int k = j * L + tl;
+      const float2 w = k < nwin ? win[k < PICKS ? k : 0] : make_float2(-MOEGEN_INF, __int_as_float(E));
+      pe[j] = __float_as_int(w.y);
+      pv[j] = w.x;
+      ps[j] = (unsigned)pe[j] < (unsigned)E ? row[pe[j] / V * VP + pe[j] % V] : 0.f;
+    }
+    float top_value = 0.f; // post-softmax shift: the best routing value
+    if constexpr (POST_SOFTMAX) top_value = nwin > 0 ? win[0].x : 0.f;
+    float part = 0.f; // this lane's share of the picks' sum of scores (post-softmax: exps)
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      if (j * L + tl < K && (unsigned)pe[j] < (unsigned)E) {
+        if constexpr (POST_SOFTMAX) part += expf(pv[j] - top_value);
+        else part += ps[j];
+      }
+    }
+    float scale; // p = s * scale (post-softmax: p = exp(v - top) * scale)
+    if constexpr (SCORE == SOFTMAX) scale = PRE_SOFTMAX ? 1.f : 1.f / seg_sum<L>(part);
+    else scale = K > 1 ? 1.f / (seg_sum<L>(part) + EPSILON) : 1.f;
+    if (live) {
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        const int k = j * L + tl, e = pe[j];
+        if (k >= K) continue;
+        const float p = (unsigned)e >= (unsigned)E ? 0.f : POST_SOFTMAX ? expf(pv[j] - top_value) * scale : ps[j] * scale;
+        if (o.idx) {
+          if (index_dtype == 1) ((short *)o.idx)[t * K + k] = (short)e;
+          else if (index_dtype == 2) ((long long *)o.idx)[t * K + k] = e;
+          else ((int *)o.idx)[t * K + k] = e;
+        }
+        if (o.weights) o.weights[t * K + k] = SCALING * p;
+        if ((unsigned)e < (unsigned)E) {
+          if (o.probs) o.probs[t * E + e] = from_f32<logit_t>(SCALING * p);
+          if (o.map) o.map[t * E + e] = 1;
+          if (POST_SOFTMAX && o.inter) o.inter[t * E + e] = p;
+          if (want_counts) atomicAdd(&hist[e], 1);
+          if (o.bitmap) atomicOr(&bits[e >> 5], 1u << (e & 31));
+        }
+      }
+      if constexpr (QB) { // the (K+1)-th pick's routing value is the cutoff
+        const float cutoff = nwin > K ? win[K < PICKS ? K : 0].x : -MOEGEN_INF;
+        if (o.qb_cutoff && tl == 0) o.qb_cutoff[t] = cutoff;
+        if (o.qb_hist && owned) qb_accumulate(o.qb_hist, o.qb_bounds, qb_bins, cutoff, s, base);
+      }
+    }
+    if (o.bitmap) {
+      __syncwarp();
+      if (live)
+        for (int b = tl; b < NBYTES; b += L) o.bitmap[t * NBYTES + b] = (u8)(bits[b >> 2] >> (8 * (b & 3)));
     }
   }
   if (want_counts) {
@@ -680,6 +615,20 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
 //   E = 256, K = 8, score = sigmoid,
 //   groups = 8 x 32 (keep 4), bias = true, scaling = 2.5
 //   logits bf16; 32 lanes per token, 8 experts per lane
+//
+// Selection by threshold and rank, per token:
+//  1. each lane scores its V experts and keeps its D largest routing values;
+//  2. a lower bound tau of the PICKS-th largest routing value: the smallest
+//     group top-KG value of the kept groups (grouped), or the Q-th largest of
+//     the lanes' D-th values (Q lanes hold Q * D >= PICKS values >= it);
+//  3. the candidates, routing values >= tau (~11 of 256 for DeepSeek-V3's
+//     inputs), go to a shared list in expert order; each is ranked by the
+//     candidates that beat it (value descending, then id ascending: SPEC's
+//     tie order), rank k < PICKS is pick k;
+//  4. a warp with a token of more than CAP candidates (ties), or a kernel of
+//     one lane a token, picks instead by PICKS argmax passes over them;
+//  5. the lanes owning experts write the dense rows (zeros / intermediate);
+//     the picks' lanes write their entries over them.
 namespace router_small {
 constexpr int E = 256;          // experts
 constexpr int K = 8;          // selected per token
@@ -687,111 +636,57 @@ constexpr int L = 32;          // lanes per token (power of two)
 constexpr int S = 4;          // lanes per expert group (power of two, divides L)
 constexpr int NG = 8;         // expert groups (1 = no group-limited routing)
 constexpr int G = 32;          // experts per group
-constexpr int V = 8;          // experts per lane
+constexpr int V = 8;          // experts per lane: lane l owns [l * V, l * V + V)
 constexpr int KG = 2;         // top values summed into a group's score
 constexpr int GTOPK = 4;      // groups kept per token
-constexpr int D = 4;          // entries of a lane's sorted candidate list
+constexpr int D = 2;          // routing values a lane keeps for the bound
+constexpr int Q = 0;          // ungrouped: the bound is the Q-th largest lane value
+constexpr int CAP = 32;        // candidates a token may list (more: argmax passes)
 constexpr bool GROUPED = true;
-constexpr int STEP = 2;       // winners per selection step (select_one / select_two)
+constexpr int VP = 12;         // floats of a lane's slice in shared rows (an odd number of 16-byte units)
+constexpr int ROW = L * VP;                     // floats of a token's shared row
+constexpr bool FULL = L * V == E;               // every lane holds V real experts
 constexpr int LVEC = 8;       // logits/probs elements per access
 constexpr int MVEC = 8;       // routing-map bytes per access
 constexpr int IVEC = 4;       // intermediate floats per access
-constexpr int BVEC = IVEC;                      // bias floats per access (fp32 like intermediate)
-constexpr int THREADS = 256;          // the largest block; the host may launch fewer warps
-constexpr int MIN_BLOCKS = 1; // __launch_bounds__ occupancy floor
+constexpr int SVEC = 4;       // shared-row floats per access
+constexpr int THREADS = 256;          // the largest block (its slots fit the smem target); the host may launch fewer warps
 constexpr int NBYTES = (E + 7) / 8;             // bitmap bytes per token
-constexpr int NB = (NBYTES + L - 1) / L;        // bitmap bytes per lane: byte b lives in lane b % L, slot b / L
+constexpr int NBW = (E + 31) / 32;              // bitmap words per token (shared)
 enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
 constexpr int SCORE = 0;
 constexpr bool PRE_SOFTMAX = false;
+constexpr bool POST_SOFTMAX = SCORE == SOFTMAX && !PRE_SOFTMAX;
 constexpr bool HAS_BIAS = true;
 constexpr bool QB = false; // quantile balancing (SPEC 3)
-constexpr int PICKS = QB ? K + 1 : K; // selection passes: QB's (K+1)-th pick is the cutoff
+constexpr int PICKS = QB ? K + 1 : K; // picks: QB's (K+1)-th is the cutoff
 constexpr float SCALING = 2.500000000e+00f;
 constexpr float EPSILON = 1e-20f;
 typedef bf16_t logit_t;
-
-static_assert(STEP == 1 || STEP == 2, "winners per step");
-static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
-static_assert(S >= 1 && L % S == 0, "lanes per group");
-static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0, "vector widths");
-static_assert(V <= 64, "selection mask is 64 bits");
-static_assert(D >= 1 && D <= V && (!GROUPED || D >= (KG < V ? KG : V)), "a lane's list holds its group top-KG");
 typedef u32 mask_t; // one bit per position of a lane
+
+// Shared memory: the expert histogram of the fused counts, then one slot
+// per token of the block: its routing scores (row), its candidates and
+// picks as (value, id) pairs, its bitmap words. The bias is read from global
+// memory (L1 after the first token): a shared copy would put its fill's
+// memory latency before the first token's logits load.
+constexpr int align16(int n) { return (n + 15) / 16 * 16; }
+constexpr int OFF_SLOTS = align16(4 * E);
+constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
+constexpr int SLOT_BYTES = align16(OFF_BITS + 4 * NBW);
+constexpr int SMEM_BYTES = OFF_SLOTS + THREADS / L * SLOT_BYTES;
+static_assert(SMEM_BYTES == 16128, "plan.lua's smem_bytes");
+
+static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
+static_assert(S >= 1 && L % S == 0 && (!GROUPED || G == S * V), "a group is S whole lanes");
+static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0 && V % SVEC == 0, "vector widths");
+static_assert(V <= 64, "selection mask is 64 bits");
+static_assert(VP >= V && VP % 4 == 0, "shared slices are 16-byte aligned");
+static_assert(D >= 1 && D <= V && (!GROUPED || D == (KG < V ? KG : V)), "a lane's list holds its group top-KG");
+static_assert(GROUPED || (Q >= 1 && Q <= L && Q * D >= PICKS), "Q lanes' D values bound the picks");
+static_assert(CAP >= PICKS && CAP <= E, "candidate list");
 static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
 static_assert(!QB || (SCORE == SIGMOID && HAS_BIAS && !GROUPED && K < E), "quantile balancing");
-
-// A lane's running top-D list over the experts it owns that rank after the
-// last one it gave away (lv, li), sorted by (value descending, position
-// ascending). Taking the k-th winner pops the winner lane's head; a lane
-// whose list ran dry rescans (rare for D = 4: it needs D+1 winners).
-struct Cursor {
-  float v[D]; // routing values, v[0] ranks first; empty entries are -inf
-  int i[D];   // positions within the lane (V = empty)
-  float lv;   // last value popped
-  int li;     // its position (-1 = nothing popped yet; V: the lane was cleared, nothing left)
-  int avail;  // entries left in the list
-};
-
-// Fills c.v/c.i with the top D of the lane's positions by one insertion
-// pass in position order. A refill (FIRST = false) only sees what ranks
-// after (lv, li). Strict compares: an equal value stays behind the lower
-// position already listed. Experts whose value is -inf are never offered
-// (SPEC: -inf/NaN undefined).
-template <bool FIRST> __device__ __forceinline__ void cursor_fill(Cursor &c, const float (&r)[V]) {
-#pragma unroll
-  for (int d = 0; d < D; d++) {
-    c.v[d] = -MOEGEN_INF;
-    c.i[d] = V;
-  }
-#pragma unroll
-  for (int i = 0; i < V; i++) {
-    float x = r[i];
-    if constexpr (!FIRST) x = (x < c.lv || (x == c.lv && i > c.li)) ? x : -MOEGEN_INF;
-    bool b[D]; // x ranks before entry d
-#pragma unroll
-    for (int d = 0; d < D; d++) b[d] = x > c.v[d];
-#pragma unroll
-    for (int d = D - 1; d > 0; d--) {
-      c.i[d] = b[d - 1] ? c.i[d - 1] : (b[d] ? i : c.i[d]);
-      c.v[d] = fmaxf(c.v[d], fminf(x, c.v[d - 1]));
-    }
-    c.i[0] = b[0] ? i : c.i[0];
-    c.v[0] = fmaxf(c.v[0], x);
-  }
-  c.avail = D;
-}
-
-__device__ __forceinline__ void cursor_reset(Cursor &c, const float (&r)[V]) {
-  c.lv = MOEGEN_INF;
-  c.li = -1;
-  cursor_fill<true>(c, r);
-}
-
-// The lane offers nothing from now on (its group was not kept).
-__device__ __forceinline__ void cursor_clear(Cursor &c) {
-#pragma unroll
-  for (int d = 0; d < D; d++) {
-    c.v[d] = -MOEGEN_INF;
-    c.i[d] = V;
-  }
-  c.lv = -MOEGEN_INF;
-  c.li = V;
-  c.avail = D;
-}
-
-__device__ __forceinline__ void cursor_pop(Cursor &c) {
-  c.lv = c.v[0];
-  c.li = c.i[0];
-#pragma unroll
-  for (int d = 0; d + 1 < D; d++) {
-    c.v[d] = c.v[d + 1];
-    c.i[d] = c.i[d + 1];
-  }
-  c.v[D - 1] = -MOEGEN_INF;
-  c.i[D - 1] = V;
-  c.avail -= 1;
-}
 
 // Lanes [seg0, seg0 + L) of the warp that serve this lane's token, as a
 // ballot mask.
@@ -799,117 +694,49 @@ __device__ __forceinline__ u32 token_lanes(int lane) {
   return L == 32 ? MOEGEN_FULL_MASK : ((1u << L) - 1) << (lane & ~(L - 1));
 }
 
-// One selection step over a token's L lanes: refills dry lanes, finds the
-// token's best head, pops it from its owner. Returns the winner's value and
-// expert id in every lane of the token; *mine tells the owner lane, *pos its
-// position there.
-// The best value is a float max-butterfly; its owner is the lowest lane that
-// holds it. That is the SPEC tie order (value descending, then id ascending)
-// because a lane's experts all precede the next lane's, and a lane's head is
-// its lowest position among equal values. A token with nothing left (every
-// head -inf) yields id E and no owner.
-__device__ __forceinline__ void select_one(Cursor &c, const float (&r)[V], int base, int lane,
-                                           float &wv, int &we, bool &mine, int &pos) {
-  if (__any_sync(MOEGEN_FULL_MASK, c.avail == 0)) {
-    if (c.avail == 0) cursor_fill<false>(c, r);
-  }
-  wv = seg_max<L>(c.v[0]);
-  const u32 hit = __ballot_sync(MOEGEN_FULL_MASK, c.v[0] == wv) & token_lanes(lane);
-  const int owner = __ffs(hit) - 1;
-  const bool some = wv != -MOEGEN_INF;
-  we = __shfl_sync(MOEGEN_FULL_MASK, base + c.i[0], owner);
-  we = some ? we : E;
-  mine = some && lane == owner;
-  pos = c.i[0];
-  if (mine) cursor_pop(c);
+// The minimum of x over aligned segments of W lanes where x is already
+// the same on aligned runs of R lanes (R = W: x itself).
+template <int W, int R> __device__ __forceinline__ float seg_min(float x) {
+#pragma unroll
+  for (int o = W / 2; o >= R; o /= 2) x = fminf(x, __shfl_xor_sync(MOEGEN_FULL_MASK, x, o));
+  return x;
 }
 
-// The best two of W-lane segments' value pairs (a0 >= a1 in each lane), by
-// a top-2 butterfly: every lane ends with the segment's two largest values
-// (a value held twice counts twice).
-template <int W> __device__ __forceinline__ void seg_top2(float &a0, float &a1) {
+// Inserts x into the descending list t (values only; a value held twice
+// counts twice).
+template <int N> __device__ __forceinline__ void list_insert(float (&t)[N], float x) {
 #pragma unroll
-  for (int o = W / 2; o > 0; o /= 2) {
-    const float b0 = __shfl_xor_sync(MOEGEN_FULL_MASK, a0, o), b1 = __shfl_xor_sync(MOEGEN_FULL_MASK, a1, o);
-    a1 = fmaxf(fminf(a0, b0), fmaxf(a1, b1));
-    a0 = fmaxf(a0, b0);
-  }
-}
-
-// A lane must hold this many list entries before a two-winner step (it may
-// give both away); 0 when its list holds all its experts (D = V: nothing to
-// rescan), 1 when D = 1 < V (then PICKS = 1 and the second winner is unused).
-constexpr int REFILL_BELOW = D < V ? (D < 2 ? 1 : 2) : 0;
-
-// Two selection steps at once over a token's L lanes: refills lanes that
-// could run dry, finds the token's best two entries, pops them from their
-// owners. Winner h's value and expert id reach every lane of the token as
-// wv[h], we[h]; mine[h] tells its owner lane, pos[h] its position there.
-// Both values come from one top-2 butterfly over the lanes' first two list
-// entries. The first winner's owner is the lowest lane whose head is wv[0];
-// the second's, the lowest lane whose next entry (the first owner's second
-// entry, every other lane's head) is wv[1]. That is the SPEC tie order
-// (value descending, then id ascending): a lane's experts all precede the
-// next lane's, and a lane's list puts the lower position first among equal
-// values. A token with nothing left (-inf) yields id E and no owner.
-__device__ __forceinline__ void select_two(Cursor &c, const float (&r)[V], int base, int lane,
-                                           float (&wv)[2], int (&we)[2], bool (&mine)[2],
-                                           int (&pos)[2]) {
-  if constexpr (REFILL_BELOW > 0) {
-    if (__any_sync(MOEGEN_FULL_MASK, c.avail < REFILL_BELOW)) {
-      if (c.avail < REFILL_BELOW) cursor_fill<false>(c, r);
-    }
-  }
-  const float v1 = D > 1 ? c.v[D > 1 ? 1 : 0] : -MOEGEN_INF;
-  const int i1 = D > 1 ? c.i[D > 1 ? 1 : 0] : V;
-  wv[0] = c.v[0];
-  wv[1] = v1;
-  seg_top2<L>(wv[0], wv[1]);
-  const u32 seg = token_lanes(lane);
-  const int o0 = __ffs(__ballot_sync(MOEGEN_FULL_MASK, c.v[0] == wv[0]) & seg) - 1;
-  const bool first = lane == o0;
-  const float next = first ? v1 : c.v[0];
-  pos[0] = c.i[0];
-  pos[1] = first ? i1 : c.i[0];
-  const int o1 = __ffs(__ballot_sync(MOEGEN_FULL_MASK, next == wv[1]) & seg) - 1;
-  we[0] = __shfl_sync(MOEGEN_FULL_MASK, base + pos[0], o0);
-  we[1] = __shfl_sync(MOEGEN_FULL_MASK, base + pos[1], o1);
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const bool some = wv[h] != -MOEGEN_INF;
-    we[h] = some ? we[h] : E;
-    mine[h] = some && lane == (h == 0 ? o0 : o1);
-  }
-  if (mine[0]) cursor_pop(c);
-  if (mine[1]) cursor_pop(c);
+  for (int d = N - 1; d > 0; d--) t[d] = fmaxf(t[d], fminf(x, t[d - 1]));
+  t[0] = fmaxf(t[0], x);
 }
 
 // Group score (SPEC 1 step 3): the sum of the top KG routing values of the
-// group, added in descending order from 0 like the reference. Values only
-// (ties do not change the sum): each lane starts from the first KG entries
-// of its fresh list (D >= min(KG, V), so they are its top KG), and a
-// butterfly over the group's S lanes merges the partner's sorted list into
-// its own, keeping the top KG.
-template <int N> __device__ __forceinline__ float group_score(const Cursor &c) {
-  float m[N]; // N = KG
+// group, added in descending order from 0 like the reference. Each lane
+// starts from its own top D (D = min(KG, V)); a butterfly over the group's S
+// lanes merges the partner's list into its own. m ends as the group's top KG
+// in every lane of the group.
+__device__ __forceinline__ float group_score(const float (&top)[D], float (&m)[KG > 0 ? KG : 1]) {
+  constexpr int N = KG > 0 ? KG : 1;
 #pragma unroll
-  for (int j = 0; j < N; j++) m[j] = j < D ? c.v[j % D] : -MOEGEN_INF;
+  for (int j = 0; j < N; j++) m[j] = j < D ? top[j < D ? j : 0] : -MOEGEN_INF;
 #pragma unroll
   for (int o = S / 2; o > 0; o /= 2) {
     float p[N];
 #pragma unroll
     for (int j = 0; j < N; j++) p[j] = __shfl_xor_sync(MOEGEN_FULL_MASK, m[j], o);
 #pragma unroll
-    for (int j = 0; j < N; j++) { // insert p[j] into the sorted m
-#pragma unroll
-      for (int d = N - 1; d > 0; d--) m[d] = fmaxf(m[d], fminf(p[j], m[d - 1]));
-      m[0] = fmaxf(m[0], p[j]);
-    }
+    for (int j = 0; j < N; j++) list_insert(m, p[j]);
   }
   float g = 0.f;
 #pragma unroll
   for (int j = 0; j < N; j++) g += m[j];
   return g;
+}
+
+// Candidate a beats candidate b: value descending, then id ascending
+// (bitwise operators: no branches in the ranking loop).
+__device__ __forceinline__ int beats(float2 a, float2 b) {
+  return (a.x > b.x) | ((a.x == b.x) & (__float_as_int(a.y) < __float_as_int(b.y)));
 }
 
 // 1/y for y >= 1, branch-free: the fast path of IEEE __frcp_rn (an
@@ -967,40 +794,49 @@ struct Outputs {
 
 // Grid: persistent, any number of blocks of any multiple of 32 threads up to
 // THREADS (a block serves blockDim.x / L tokens per iteration; the host
-// picks the shape, see runtime/ops_router.c); dynamic smem = 4*E bytes
-// (expert histogram).
+// picks the shape, see runtime/ops_router.c); dynamic smem = SMEM_BYTES.
 // logits [T,E]  bias [E] fp32  probs [T,E]  map [T,E] u8  bitmap [T,NBYTES] u8
 // idx [T,K] (index_dtype 0 int32, 1 int16, 2 int64)  weights [T,K] f32
 // inter [T,E] f32  counts [E] i32 (zeroed by the host before the launch).
 // QB modules: qb_hist [E, qb_bins] i32 (+= one count per (token, expert))
 // qb_bounds [2] f32  qb_cutoff [T] f32. Any output may be null.
-extern "C" __global__ void __launch_bounds__(router_small::THREADS, router_small::MIN_BLOCKS)
+extern "C" __global__ void __launch_bounds__(router_small::THREADS)
 moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_bins) {
   using namespace router_small;
-  extern __shared__ int hist[];
-  const bool want_counts = o.counts != nullptr;
-  if (want_counts) {
-    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
-    __syncthreads();
-  }
+  extern __shared__ __align__(16) unsigned char smem[];
+  int *hist = reinterpret_cast<int *>(smem);                    // [E]
   const int lane = threadIdx.x & 31;
   const int tl = lane & (L - 1);       // lane within the token
   const int group = tl / S;            // expert group of this lane
-  const int base = group * G + (tl % S) * V; // first expert of this lane
-  const int tokens_per_block = blockDim.x / L;
+  const int base = tl * V;             // first expert of this lane (= group * G + (tl % S) * V)
+  const int off = tl * VP;             // this lane's slice of a shared row
+  const int seg0 = lane & ~(L - 1);    // the token's first lane
   const int slot = threadIdx.x / L;
+  unsigned char *sp = smem + OFF_SLOTS + slot * SLOT_BYTES;
+  float *row = reinterpret_cast<float *>(sp);               // [ROW] scores s (softmax: s = r)
+  float2 *cand = reinterpret_cast<float2 *>(sp + OFF_CAND); // [CAP] (routing value, id)
+  float2 *win = reinterpret_cast<float2 *>(sp + OFF_WIN);   // [PICKS] pick k = (value, id)
+  u32 *bits = reinterpret_cast<u32 *>(sp + OFF_BITS);       // [NBW] bitmap words
+  const bool want_counts = o.counts != nullptr;
+  if (want_counts)
+    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+  __syncthreads();
+  const int tokens_per_block = blockDim.x / L;
   for (long long t0 = (long long)blockIdx.x * tokens_per_block; t0 < T;
        t0 += (long long)gridDim.x * tokens_per_block) {
+    __syncwarp(); // the slot's last readers are done
     const long long t = t0 + slot;
     const bool live = t < T;
     const bool owned = live && group < NG && base < E; // lane holds real experts
-    // ---- load logits, compute scores
+    // ---- load logits, compute scores. FULL: every lane holds V real
+    // experts, so lanes of a token past T read row t0 (any real row) and
+    // nothing is predicated; what they pick is never written.
     float x[V];
 #pragma unroll
     for (int i = 0; i < V; i += LVEC) {
       logit_t v[LVEC];
-      if (owned && base + i < E) {
-        load_vec<logit_t, LVEC>(o.logits + t * E + base + i, v);
+      if (FULL || (owned && base + i < E)) {
+        load_vec<logit_t, LVEC>(o.logits + (FULL && !live ? t0 : t) * E + base + i, v);
 #pragma unroll
         for (int j = 0; j < LVEC; j++) x[i + j] = to_f32(v[j]);
       } else {
@@ -1031,178 +867,212 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
 #pragma unroll
       for (int i = 0; i < V; i++) r[i] = s[i] = x[i];
     } else {
-      float b[V]; // expert bias (0 without), loaded before the scores so the loads overlap them
+      float b[V]; // expert bias (0 without)
 #pragma unroll
-      for (int i = 0; i < V; i += BVEC) {
-        if (HAS_BIAS && owned && base + i < E) load_vec<float, BVEC>(o.bias + base + i, b + i);
+      for (int i = 0; i < V; i += IVEC) {
+        if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
         else
 #pragma unroll
-          for (int j = 0; j < BVEC; j++) b[i + j] = 0.f;
+          for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
       }
 #pragma unroll
       for (int i = 0; i < V; i++) {
-        const bool real = owned && base + i < E;
         s[i] = score_of(x[i]);
-        r[i] = real ? (HAS_BIAS ? s[i] + b[i] : s[i]) : -MOEGEN_INF;
+        const float v = HAS_BIAS ? s[i] + b[i] : s[i];
+        r[i] = FULL || (owned && base + i < E) ? v : -MOEGEN_INF;
       }
     }
-    Cursor c;
-    cursor_reset(c, r);
-    // ---- group-limited routing: score groups, keep the best GTOPK
-    if constexpr (GROUPED) {
-      // A group is kept iff fewer than GTOPK groups rank before it.
-      const float gscore = group_score<KG>(c);
-      const float gv = group < NG ? gscore : -MOEGEN_INF;
-      const int seg0 = lane & ~(L - 1);
-      int rank = 0;
+    // ---- the token's scores to its shared row (FULL: also past T, so what
+    // those lanes list is what they scored); dense outputs the picks overwrite
+    if (FULL || owned) {
 #pragma unroll
-      for (int g = 0; g < NG; g++) {
-        float og = __shfl_sync(MOEGEN_FULL_MASK, gv, seg0 + g * S);
-        rank += ranks_before(og, g, gv, group);
-      }
-      if (!(rank < GTOPK && group < NG)) cursor_clear(c); // the lane's group is out
-    }
-    // ---- top-K
-    mask_t sel = 0;   // positions this lane won
-    float norm = 0.f; // sum of selected scores (sigmoid/sqrtsoftplus) or exps (post-softmax)
-    float top = 0.f;  // best value (post-softmax shift)
-    constexpr int J = (K + L - 1) / L; // compact outputs: entry k lives in lane k % L, slot k / L
-    int my_e[J];
-    float my_w[J];
-    u32 bits[NB]; // bitmap bytes of this lane, filled from the broadcast winners
+      for (int i = 0; i < V; i += SVEC) {
+        float v[SVEC];
 #pragma unroll
-    for (int j = 0; j < NB; j++) bits[j] = 0;
-    float cutoff = 0.f; // QB: the (K+1)-th routing value; the K routes are the picks before it
-#pragma unroll 1
-    for (int k0 = 0; k0 < PICKS; k0 += STEP) {
-      float wv2[2];
-      int we2[2], pos2[2];
-      bool mine2[2];
-      if constexpr (STEP == 2) select_two(c, r, base, lane, wv2, we2, mine2, pos2);
-      else select_one(c, r, base, lane, wv2[0], we2[0], mine2[0], pos2[0]);
-#pragma unroll 1
-      for (int h = 0; h < STEP; h++) { // not unrolled: two copies of the bookkeeping spilled
-        const int k = k0 + h;
-        const float wv = h ? wv2[1] : wv2[0];
-        const int we = h ? we2[1] : we2[0];
-        const bool mine = h ? mine2[1] : mine2[0];
-        const int pos = h ? pos2[1] : pos2[0];
-        if (k >= PICKS) break;
-        if (QB && k == K) { // ties at the cutoff rank by id, so this pick is the largest-id tie
-          cutoff = wv;
-          break; // k = K is the last pick (PICKS = K + 1): the outer loop ends too
-        }
-        if (mine) sel |= (mask_t)1 << pos;
-        if (mine && live && want_counts && we < E) atomicAdd(&hist[we], 1);
-        if constexpr (SCORE == SOFTMAX && !PRE_SOFTMAX) {
-          if (k == 0) top = wv;
-          norm += expf(wv - top);
-        } else if constexpr (!HAS_BIAS) {
-          norm += wv; // unbiased: the routing value is the score
-        }
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-          if (k == j * L + tl) {
-            my_e[j] = we;
-            my_w[j] = wv;
-          }
-        }
-        if (o.bitmap && we < E) {
-#pragma unroll
-          for (int j = 0; j < NB; j++) bits[j] |= (we >> 3) == j * L + tl ? 1u << (we & 7) : 0u;
-        }
+        for (int j = 0; j < SVEC; j++) v[j] = s[i + j];
+        store_vec<float, SVEC>(row + off + i, v);
       }
     }
-    // ---- probabilities of the selected experts
-    if constexpr (HAS_BIAS) { // wv was s + bias: sum the unbiased s of the lane's winners
-      float part = 0.f;
+    if (owned) {
+      if (o.probs) {
 #pragma unroll
-      for (int i = 0; i < V; i++) part += (sel >> i) & 1 ? s[i] : 0.f;
-      norm = seg_sum<L>(part);
-      if (o.weights) { // the compact entries need s by expert id: recompute from the logit
-#pragma unroll
-        for (int j = 0; j < J; j++)
-          if (j * L + tl < K)
-            my_w[j] = live && my_e[j] < E ? score_of(to_f32(o.logits[t * E + my_e[j]])) : 0.f;
-      }
-    }
-    float scale; // p = s * scale (post-softmax: p = exp(s - top) * scale)
-    if constexpr (SCORE == SOFTMAX) scale = PRE_SOFTMAX ? 1.f : 1.f / norm;
-    else scale = K > 1 ? 1.f / (norm + EPSILON) : 1.f;
-    auto prob = [&](float v) {
-      if constexpr (SCORE == SOFTMAX && !PRE_SOFTMAX) return expf(v - top) * scale;
-      else return v * scale;
-    };
-    if (!live) continue;
-    if (o.idx || o.weights) {
-#pragma unroll
-      for (int j = 0; j < J; j++) {
-        const int k = j * L + tl;
-        if (k < K && o.idx) {
-          if (index_dtype == 1) ((short *)o.idx)[t * K + k] = (short)my_e[j];
-          else if (index_dtype == 2) ((long long *)o.idx)[t * K + k] = my_e[j];
-          else ((int *)o.idx)[t * K + k] = my_e[j];
-        }
-        if (k < K && o.weights) o.weights[t * K + k] = SCALING * prob(my_w[j]);
-      }
-    }
-    if constexpr (QB) {
-      if (o.qb_cutoff && tl == 0) o.qb_cutoff[t] = cutoff;
-      if (o.qb_hist && owned) qb_accumulate(o.qb_hist, o.qb_bounds, qb_bins, cutoff, s, base);
-    }
-    if (o.bitmap) {
-#pragma unroll
-      for (int j = 0; j < NB; j++)
-        if (j * L + tl < NBYTES) o.bitmap[t * NBYTES + j * L + tl] = (u8)bits[j];
-    }
-    if (!owned) continue;
-    if (o.probs) {
-#pragma unroll
-      for (int i = 0; i < V; i += LVEC) {
-        if (base + i < E) {
+        for (int i = 0; i < V; i += LVEC) {
           logit_t v[LVEC];
 #pragma unroll
-          for (int j = 0; j < LVEC; j++)
-            v[j] = from_f32<logit_t>((sel >> (i + j)) & 1 ? SCALING * prob(s[i + j]) : 0.f);
-          store_vec<logit_t, LVEC>(o.probs + t * E + base + i, v);
+          for (int j = 0; j < LVEC; j++) v[j] = from_f32<logit_t>(0.f);
+          if (base + i < E) store_vec<logit_t, LVEC>(o.probs + t * E + base + i, v);
         }
       }
-    }
-    if (o.map) {
+      if (o.map) {
 #pragma unroll
-      for (int i = 0; i < V; i += MVEC) {
-        if (base + i < E) {
+        for (int i = 0; i < V; i += MVEC) {
           u8 v[MVEC];
-          if constexpr (MVEC % 4 == 0) { // 4 bits -> 4 bytes at a time
 #pragma unroll
-            for (int j = 0; j < MVEC; j += 4) {
-              const u32 w = spread_bits4((u32)(sel >> (i + j)) & 0xfu);
-#pragma unroll
-              for (int b = 0; b < 4; b++) v[j + b] = (u8)(w >> (8 * b));
-            }
-          } else {
-#pragma unroll
-            for (int j = 0; j < MVEC; j++) v[j] = (sel >> (i + j)) & 1;
-          }
-          store_vec<u8, MVEC>(o.map + t * E + base + i, v);
+          for (int j = 0; j < MVEC; j++) v[j] = 0;
+          if (base + i < E) store_vec<u8, MVEC>(o.map + t * E + base + i, v);
         }
       }
-    }
-    if (o.inter) {
+      if (o.inter) {
 #pragma unroll
-      for (int i = 0; i < V; i += IVEC) {
-        if (base + i < E) {
+        for (int i = 0; i < V; i += IVEC) {
           float v[IVEC];
 #pragma unroll
           for (int j = 0; j < IVEC; j++) {
-            const bool on = (sel >> (i + j)) & 1;
             if constexpr (SCORE == SQRTSOFTPLUS) v[j] = x[i + j];
-            else if constexpr (SCORE == SOFTMAX && !PRE_SOFTMAX) v[j] = on ? prob(s[i + j]) : -MOEGEN_INF;
+            else if constexpr (POST_SOFTMAX) v[j] = -MOEGEN_INF; // the picks write their probs
             else v[j] = s[i + j];
           }
-          store_vec<float, IVEC>(o.inter + t * E + base + i, v);
+          if (base + i < E) store_vec<float, IVEC>(o.inter + t * E + base + i, v);
         }
       }
+    }
+    if (o.bitmap)
+      for (int w = tl; w < NBW; w += L) bits[w] = 0;
+    // ---- the lane's D best routing values, the bound tau
+    float top[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) top[d] = -MOEGEN_INF;
+#pragma unroll
+    for (int i = 0; i < V; i++) list_insert(top, r[i]);
+    float tau;
+    bool kept = true; // the lane's group is kept
+    if constexpr (GROUPED) {
+      // A group is kept iff fewer than GTOPK groups rank before it; the kept
+      // groups' KG-th values bound the K picks (GTOPK * KG = K of them).
+      float m[KG > 0 ? KG : 1];
+      const float gscore = group_score(top, m);
+      const float gv = group < NG ? gscore : -MOEGEN_INF;
+      int rank = 0;
+#pragma unroll
+      for (int g = 0; g < NG; g++) {
+        const float og = __shfl_sync(MOEGEN_FULL_MASK, gv, seg0 + g * S);
+        rank += ranks_before(og, g, gv, group);
+      }
+      kept = rank < GTOPK && group < NG;
+      tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
+    } else {
+      // The Q-th largest of the lanes' D-th values (ties by lane).
+      const float mine = top[D - 1];
+      int rank = 0;
+#pragma unroll
+      for (int l = 0; l < L; l++) {
+        const float ol = __shfl_sync(MOEGEN_FULL_MASK, mine, seg0 + l);
+        rank += ol > mine || (ol == mine && l < tl);
+      }
+      const u32 at = __ballot_sync(MOEGEN_FULL_MASK, rank == Q - 1) & token_lanes(lane);
+      tau = __shfl_sync(MOEGEN_FULL_MASK, mine, __ffs(at) - 1);
+    }
+    // ---- candidates: the lane's routing values >= tau, at list position pos
+    const float lo = fmaxf(tau, -3.402823466e38f); // -inf is never a candidate
+    mask_t cm = 0;
+#pragma unroll
+    for (int i = 0; i < V; i++) cm |= r[i] >= lo ? (mask_t)1 << i : 0;
+    if (!kept) cm = 0;
+    const int mine_n = sizeof(mask_t) == 8 ? __popcll((u64)cm) : __popc((u32)cm);
+    int incl = mine_n; // inclusive prefix over the token's lanes
+#pragma unroll
+    for (int d = 1; d < L; d *= 2) {
+      const int y = __shfl_up_sync(MOEGEN_FULL_MASK, incl, d);
+      if (tl >= d) incl += y;
+    }
+    const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
+    int nwin; // picks listed in win (fewer than PICKS only without enough finite values)
+    if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
+      // PICKS argmax passes over the candidates, for the whole warp: where a
+      // token has many (ties), and at one lane a token, where the passes
+      // need no shuffles and the shared list would be pure overhead.
+      mask_t left = cm;
+#pragma unroll 1
+      for (int k = 0; k < PICKS; k++) {
+        float bv = -MOEGEN_INF;
+        int bi = 0;
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+          const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
+          bv = better ? r[i] : bv;
+          bi = better ? i : bi;
+        }
+        const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
+        const u64 best = seg_argmax<L>(key);
+        if (best != 0ull && key == best) left &= ~((mask_t)1 << bi);
+        if (tl == k % L)
+          win[k] = best != 0ull ? make_float2(rank_key_value(best), __int_as_float(rank_key_id(best)))
+                                : make_float2(-MOEGEN_INF, __int_as_float(E));
+      }
+      nwin = PICKS;
+    } else {
+      int at = incl - mine_n;
+      for (mask_t m = cm; m; m &= m - 1) {
+        const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
+        const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
+        cand[at++] = make_float2(v, __int_as_float(base + i));
+      }
+      __syncwarp();
+      for (int c = tl; c < n; c += L) {
+        const float2 me = cand[c];
+        int rank = 0;
+        for (int q = 0; q < n; q++) rank += beats(cand[q], me);
+        if (rank < PICKS) win[rank] = me;
+      }
+      nwin = n < PICKS ? n : PICKS;
+    }
+    __syncwarp();
+    // ---- the picks: lane tl writes pick k = j * L + tl
+    constexpr int J = (PICKS + L - 1) / L;
+    int pe[J];   // expert id (E: none; NaN inputs may leave others: only ids < E are used)
+    float pv[J]; // routing value
+    float ps[J]; // score s
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      const int k = j * L + tl;
+      const float2 w = k < nwin ? win[k < PICKS ? k : 0] : make_float2(-MOEGEN_INF, __int_as_float(E));
+      pe[j] = __float_as_int(w.y);
+      pv[j] = w.x;
+      ps[j] = (unsigned)pe[j] < (unsigned)E ? row[pe[j] / V * VP + pe[j] % V] : 0.f;
+    }
+    float top_value = 0.f; // post-softmax shift: the best routing value
+    if constexpr (POST_SOFTMAX) top_value = nwin > 0 ? win[0].x : 0.f;
+    float part = 0.f; // this lane's share of the picks' sum of scores (post-softmax: exps)
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      if (j * L + tl < K && (unsigned)pe[j] < (unsigned)E) {
+        if constexpr (POST_SOFTMAX) part += expf(pv[j] - top_value);
+        else part += ps[j];
+      }
+    }
+    float scale; // p = s * scale (post-softmax: p = exp(v - top) * scale)
+    if constexpr (SCORE == SOFTMAX) scale = PRE_SOFTMAX ? 1.f : 1.f / seg_sum<L>(part);
+    else scale = K > 1 ? 1.f / (seg_sum<L>(part) + EPSILON) : 1.f;
+    if (live) {
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        const int k = j * L + tl, e = pe[j];
+        if (k >= K) continue;
+        const float p = (unsigned)e >= (unsigned)E ? 0.f : POST_SOFTMAX ? expf(pv[j] - top_value) * scale : ps[j] * scale;
+        if (o.idx) {
+          if (index_dtype == 1) ((short *)o.idx)[t * K + k] = (short)e;
+          else if (index_dtype == 2) ((long long *)o.idx)[t * K + k] = e;
+          else ((int *)o.idx)[t * K + k] = e;
+        }
+        if (o.weights) o.weights[t * K + k] = SCALING * p;
+        if ((unsigned)e < (unsigned)E) {
+          if (o.probs) o.probs[t * E + e] = from_f32<logit_t>(SCALING * p);
+          if (o.map) o.map[t * E + e] = 1;
+          if (POST_SOFTMAX && o.inter) o.inter[t * E + e] = p;
+          if (want_counts) atomicAdd(&hist[e], 1);
+          if (o.bitmap) atomicOr(&bits[e >> 5], 1u << (e & 31));
+        }
+      }
+      if constexpr (QB) { // the (K+1)-th pick's routing value is the cutoff
+        const float cutoff = nwin > K ? win[K < PICKS ? K : 0].x : -MOEGEN_INF;
+        if (o.qb_cutoff && tl == 0) o.qb_cutoff[t] = cutoff;
+        if (o.qb_hist && owned) qb_accumulate(o.qb_hist, o.qb_bounds, qb_bins, cutoff, s, base);
+      }
+    }
+    if (o.bitmap) {
+      __syncwarp();
+      if (live)
+        for (int b = tl; b < NBYTES; b += L) o.bitmap[t * NBYTES + b] = (u8)(bits[b >> 2] >> (8 * (b & 3)));
     }
   }
   if (want_counts) {
