@@ -144,8 +144,10 @@ static void bench_gemm(const bench_model *md, int T, moegen_gemm_id which, void 
   void *y = gpu_alloc(2 * (size_t)rows * N);
   int32_t *dcounts = gpu_alloc(4 * (size_t)E);
   gpu_put(dcounts, counts, 4 * (size_t)E);
+  void *ws = gpu_alloc(MOEGEN_GEMM_WORKSPACE_BYTES); /* the tile ticket */
   ctx.a = (moegen_gemm_fwd_args){.which = which, .max_rows = rows, .x = x, .w = w, .y = y,
-                                 .counts = dcounts};
+                                 .counts = dcounts, .workspace = ws,
+                                 .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
   gpu_poison(y, 2 * (size_t)rows * N);
   moegen_status st = gemm_op(&ctx, NULL);
   CU(gpu_drv->cuCtxSynchronize());
@@ -166,7 +168,7 @@ static void bench_gemm(const bench_model *md, int T, moegen_gemm_id which, void 
       gemm_result(stage, md, T, bench_time_op(lt_op, &op, flush), rows, N, K, "cublaslt");
     lt_grouped_free(g);
   }
-  gpu_free(x); gpu_free(w); gpu_free(y); gpu_free(dcounts);
+  gpu_free(x); gpu_free(w); gpu_free(y); gpu_free(dcounts); gpu_free(ws);
   free(counts); free(block); free(xb); free(wb);
   moegen_module_destroy(ctx.m);
 }
@@ -247,8 +249,10 @@ static void bench_gemm1_bwd(const bench_model *md, int T, int wgrad, void *flush
   void *out = gpu_alloc(2 * (wgrad ? (size_t)E * N * K : (size_t)rows * K));
   int32_t *dcounts = gpu_alloc(4 * (size_t)E);
   gpu_put(dcounts, counts, 4 * (size_t)E);
+  void *ws = gpu_alloc(MOEGEN_GEMM_WORKSPACE_BYTES); /* dgrad's tile ticket */
   ctx.d = (moegen_gemm_dgrad_args){.which = MOEGEN_GEMM1, .max_rows = rows, .dy = dev[2],
-                                   .w = dev[1], .dx = out, .counts = dcounts};
+                                   .w = dev[1], .dx = out, .counts = dcounts, .workspace = ws,
+                                   .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
   ctx.w = (moegen_gemm_wgrad_args){.which = MOEGEN_GEMM1, .max_rows = rows, .dy = dev[2],
                                    .x = dev[0], .dw = out, .counts = dcounts};
   moegen_status st = gemm_bwd_op(&ctx, NULL);
@@ -273,7 +277,7 @@ static void bench_gemm1_bwd(const bench_model *md, int T, int wgrad, void *flush
     lt_grouped_free(g);
   }
   for (int b = 0; b < 3; b++) gpu_free(dev[b]);
-  gpu_free(out); gpu_free(dcounts);
+  gpu_free(out); gpu_free(dcounts); gpu_free(ws);
   free(counts); free(block); free(xb); free(wb); free(dyb);
   moegen_module_destroy(ctx.m);
 }

@@ -32,7 +32,23 @@ moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id
   shape->y[1] = shape->w[1] = p->n;
   shape->w[0] = image->gemm.experts;
   shape->counts[0] = image->gemm.experts;
-  shape->workspace_bytes = 0;
+  shape->workspace_bytes = moegen_gemm_workspace_bytes(image);
+  return MOEGEN_OK;
+}
+
+moegen_status moegen_gemm_ticket(moegen_module *m, const char *what, void *workspace,
+                                 size_t workspace_bytes, CUstream stream, void **ticket) {
+  *ticket = NULL;
+  const size_t need = moegen_gemm_workspace_bytes(moegen_module_image(m));
+  if (need == 0) return MOEGEN_OK;
+  if (!workspace || workspace_bytes < need || (uintptr_t)workspace % 16)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "%s: workspace (%p, %zu bytes) must be 16-byte aligned and hold "
+                              "the shape's workspace_bytes (%zu)", what, workspace, workspace_bytes,
+                              need);
+  CUresult r = moegen_module_driver(m)->cuMemsetD32Async((CUdeviceptr)(uintptr_t)workspace, 0, 1, stream);
+  if (r) return moegen_module_cuda_fail(m, r, "gemm: cuMemsetD32Async(workspace ticket)");
+  *ticket = workspace;
   return MOEGEN_OK;
 }
 
@@ -92,10 +108,14 @@ moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, C
   long long grid = (long long)dev.sm_count * dev.blocks_per_sm;
   if (grid > max_tiles) grid = max_tiles;
   int max_rows = (int)a->max_rows;
-  void *y = a->y;
+  void *y = a->y, *ticket;
   const int32_t *counts = a->counts, *offsets = a->offsets;
+  st = moegen_gemm_ticket(m, "gemm_fwd", a->workspace, a->workspace_bytes, stream, &ticket);
+  if (st != MOEGEN_OK) return st;
+  /* The portable kernel takes no ticket: cuLaunchKernel reads only the
+   * parameters the kernel declares. */
   void *params[] = {moegen_gemm_operand_param(m, &mx), moegen_gemm_operand_param(m, &mw),
-                    &y, &counts, &offsets, &max_rows};
+                    &y, &counts, &offsets, &max_rows, &ticket};
   CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, (unsigned)grid, 1, 1, (unsigned)p->threads,
                                                        1, 1, (unsigned)p->smem_bytes, stream, params,
                                                        NULL);

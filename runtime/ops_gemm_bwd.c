@@ -42,6 +42,7 @@ moegen_status moegen_gemm_bwd_shape_of(const moegen_image *image, moegen_gemm_id
   shape->w[1] = shape->dw[1] = shape->db[1] = N;
   shape->w[2] = shape->dw[2] = K;
   shape->counts[0] = E;
+  shape->workspace_bytes = moegen_gemm_workspace_bytes(image);
   return MOEGEN_OK;
 }
 
@@ -118,10 +119,12 @@ moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *
   if (st != MOEGEN_OK) return st;
   long long max_tiles = ((a->max_rows + p->bm - 1) / p->bm + E) * ((K + p->bn - 1) / p->bn);
   int max_rows = (int)a->max_rows;
-  void *dx = a->dx;
+  void *dx = a->dx, *ticket;
   const int32_t *counts = a->counts, *offsets = a->offsets;
+  st = moegen_gemm_ticket(m, "gemm_dgrad", a->workspace, a->workspace_bytes, stream, &ticket);
+  if (st != MOEGEN_OK) return st;
   void *params[] = {moegen_gemm_operand_param(m, &mdy), moegen_gemm_operand_param(m, &mw),
-                    &dx, &counts, &offsets, &max_rows};
+                    &dx, &counts, &offsets, &max_rows, &ticket}; /* portable: no ticket (ignored) */
   return launch(m, id, p, max_tiles, params, stream, "gemm_dgrad: cuLaunchKernel");
 }
 
@@ -191,12 +194,14 @@ moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args 
   const long long half = p->bn / 2;
   long long max_tiles = ((a->max_rows + p->bm - 1) / p->bm + E) * ((N / 2 + half - 1) / half);
   int max_rows = (int)a->max_rows;
-  void *act = a->act, *h = a->h;
+  void *act = a->act, *h = a->h, *ticket;
   const void *bias = a->bias;
   const float *prob = a->prob;
   const int32_t *counts = a->counts, *offsets = a->offsets;
+  st = moegen_gemm_ticket(m, "gemm1_fwd_glu", a->workspace, a->workspace_bytes, stream, &ticket);
+  if (st != MOEGEN_OK) return st;
   void *params[] = {moegen_gemm_operand_param(m, &mx), moegen_gemm_operand_param(m, &mw),
-                    &act, &h, &bias, &prob, &counts, &offsets, &max_rows};
+                    &act, &h, &bias, &prob, &counts, &offsets, &max_rows, &ticket}; /* portable: no ticket */
   return launch(m, id, p, max_tiles, params, stream, "gemm1_fwd_glu: cuLaunchKernel");
 }
 
@@ -229,7 +234,10 @@ moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_ar
   const float *prob = a->prob;
   float *dprob = a->dprob;
   const int32_t *counts = a->counts, *offsets = a->offsets;
+  void *ticket;
+  st = moegen_gemm_ticket(m, "gemm2_dgrad_glu", a->workspace, a->workspace_bytes, stream, &ticket);
+  if (st != MOEGEN_OK) return st;
   void *params[] = {moegen_gemm_operand_param(m, &mdy), moegen_gemm_operand_param(m, &mw),
-                    &dh, &h, &prob, &dprob, &counts, &offsets, &max_rows};
+                    &dh, &h, &prob, &dprob, &counts, &offsets, &max_rows, &ticket}; /* portable: no ticket */
   return launch(m, id, p, max_tiles, params, stream, "gemm2_dgrad_glu: cuLaunchKernel");
 }

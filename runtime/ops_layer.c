@@ -20,6 +20,7 @@ typedef struct layer_layout {
   size_t row_map, offsets, pcounts, pprobs, xrows, h, act; /* saved: permute + GEMM1 */
   size_t saved_bytes;
   size_t perm_ws, perm_ws_bytes, y2, dh, dprob, gw; /* workspace (y2 is also dy2, then dxr) */
+  size_t gemm_ws, gemm_ws_bytes; /* workspace: the GEMMs' tile ticket (one call at a time) */
   size_t workspace_bytes;
 } layer_layout;
 
@@ -63,6 +64,10 @@ static moegen_status layout_of(const moegen_image *img, int64_t max_tokens, laye
   L->dh = take(&c, esz * (size_t)(R * 2 * F));
   L->dprob = take(&c, 4 * (size_t)R);
   L->gw = take(&c, 4 * (size_t)(T * K));
+  moegen_gemm_fwd_shape gs;
+  if ((st = moegen_gemm_fwd_shape_of(img, MOEGEN_GEMM1, R, &gs)) != MOEGEN_OK) return st;
+  L->gemm_ws_bytes = gs.workspace_bytes;
+  L->gemm_ws = take(&c, gs.workspace_bytes);
   L->workspace_bytes = c;
   return MOEGEN_OK;
 }
@@ -161,7 +166,9 @@ moegen_status moegen_layer_fwd(moegen_module *m, const moegen_layer_fwd_args *a,
                              .prob = AT(s, L.pprobs),
                              .act = AT(s, L.act),
                              .h = AT(s, L.h),
-                             .offsets = AT(s, L.offsets)};
+                             .offsets = AT(s, L.offsets),
+                             .workspace = AT(w, L.gemm_ws),
+                             .workspace_bytes = L.gemm_ws_bytes};
   st = moegen_gemm1_fwd_glu(m, &ga, stream);
   if (st != MOEGEN_OK) return st;
   moegen_gemm_fwd_args g2 = {.which = MOEGEN_GEMM2,
@@ -169,7 +176,9 @@ moegen_status moegen_layer_fwd(moegen_module *m, const moegen_layer_fwd_args *a,
                              .x = AT(s, L.act),
                              .w = a->w2,
                              .y = AT(w, L.y2),
-                             .offsets = AT(s, L.offsets)};
+                             .offsets = AT(s, L.offsets),
+                             .workspace = AT(w, L.gemm_ws),
+                             .workspace_bytes = L.gemm_ws_bytes};
   st = moegen_gemm_fwd(m, &g2, stream);
   if (st != MOEGEN_OK) return st;
   moegen_unpermute_args ua = {.num_tokens = T,
@@ -237,7 +246,9 @@ moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *a,
                               .prob = AT(s, L.pprobs),
                               .dh = AT(w, L.dh),
                               .dprob = AT(w, L.dprob),
-                              .offsets = AT(s, L.offsets)};
+                              .offsets = AT(s, L.offsets),
+                              .workspace = AT(w, L.gemm_ws),
+                              .workspace_bytes = L.gemm_ws_bytes};
   st = moegen_gemm2_dgrad_glu(m, &dg, stream);
   if (st == MOEGEN_OK) st = weight_grads(m, a, &L, R, stream);
   if (st != MOEGEN_OK) return st;
@@ -247,7 +258,9 @@ moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *a,
                                .dy = AT(w, L.dh),
                                .w = a->w1,
                                .dx = AT(w, L.y2),
-                               .offsets = AT(s, L.offsets)};
+                               .offsets = AT(s, L.offsets),
+                               .workspace = AT(w, L.gemm_ws),
+                               .workspace_bytes = L.gemm_ws_bytes};
   st = moegen_gemm_dgrad(m, &d1, stream);
   if (st != MOEGEN_OK) return st;
   /* dx = sum of each token's row grads; the route-weight grads back to [T, K]. */

@@ -141,8 +141,9 @@ static void run_gemm(moegen_module *m, moegen_gemm_id which, int rows, const int
   uint16_t *y = malloc(2 * (size_t)rows * N);
   void *d_x = exact_bf16(x, (size_t)rows * Kd, 1.0f / 4);
   void *d_w = exact_bf16(w, (size_t)E * N * Kd, 1.0f / 16);
-  void *d_y;
+  void *d_y, *d_ws = NULL;
   CUDA_CHECK(cudaMalloc(&d_y, 2 * (size_t)rows * N));
+  if (s.workspace_bytes) CUDA_CHECK(cudaMalloc(&d_ws, s.workspace_bytes)); /* sm_90a: the tile ticket */
   CUDA_CHECK(cudaMemset(d_y, 0xff, 2 * (size_t)rows * N)); /* NaN: rows left unwritten show */
 
   moegen_gemm_fwd_args a = {
@@ -152,6 +153,8 @@ static void run_gemm(moegen_module *m, moegen_gemm_id which, int rows, const int
       .w = d_w,           /* [E, N, K] bf16 */
       .y = d_y,           /* [rows, N] bf16 */
       .counts = d_counts, /* [E] int32, the router's, read on the device */
+      .workspace = d_ws,  /* scratch of s.workspace_bytes */
+      .workspace_bytes = s.workspace_bytes,
   };
   example_check(moegen_gemm_fwd(m, &a, (CUstream)stream), m, "gemm forward");
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -175,7 +178,7 @@ static void run_gemm(moegen_module *m, moegen_gemm_id which, int rows, const int
   printf("gemm%d: %d rows, N=%d K=%d, %d experts: %d sampled rows checked\n", (int)which, rows, N,
          Kd, E, SAMPLED_ROWS);
   free(x); free(w); free(y);
-  cudaFree(d_x); cudaFree(d_w); cudaFree(d_y);
+  cudaFree(d_x); cudaFree(d_w); cudaFree(d_y); cudaFree(d_ws);
 }
 
 int main(void) {

@@ -135,8 +135,10 @@ int main(int argc, char **argv) {
         .x = example_random_bf16((size_t)(rows * Kd), 1.0f),   /* [rows, K] */
         .w = example_random_bf16((size_t)(E * N * Kd), 0.05f), /* [E, N, K] */
         .counts = d_counts,                                    /* [E] the router's */
+        .workspace_bytes = s.workspace_bytes,                  /* sm_90a: the tile ticket */
     };
     CUDA_CHECK(cudaMalloc(&ga.y, 2 * (size_t)(rows * N)));   /* [rows, N] */
+    if (s.workspace_bytes) CUDA_CHECK(cudaMalloc(&ga.workspace, s.workspace_bytes));
     us = time_calls(m, launch_gemm, &ga, stream, iters, "gemm forward");
     printf("gemm%d forward [%lld, %lld] x [%d, %lld, %lld]^T: %.2f us/call, %.1f TFLOP/s\n", g,
            (long long)rows, (long long)Kd, E, (long long)N, (long long)Kd, us,
@@ -144,6 +146,7 @@ int main(int argc, char **argv) {
     cudaFree((void *)ga.x);
     cudaFree((void *)ga.w);
     cudaFree(ga.y);
+    cudaFree(ga.workspace);
   }
   cudaFree(d_logits); cudaFree(d_bias); cudaFree(d_indices); cudaFree(d_weights);
   cudaFree(d_counts);

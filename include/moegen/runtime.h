@@ -29,7 +29,7 @@ extern "C" {
 /* Same typedef as cuda.h / cuda_runtime.h (cudaStream_t is this type too). */
 typedef struct CUstream_st *CUstream;
 
-#define MOEGEN_RT_ABI_VERSION 5
+#define MOEGEN_RT_ABI_VERSION 6 /* 6: the row-tiled GEMM kernels take a tile-ticket parameter */
 
 typedef enum moegen_status {
   MOEGEN_OK = 0,
@@ -434,8 +434,15 @@ typedef struct moegen_gemm_fwd_shape {
   int64_t w[3];           /* [E, N, K]      bf16 */
   int64_t y[2];           /* [max_rows, N]  bf16 */
   int64_t counts[1];      /* [E]            int32 (or offsets [E + 1] int32) */
-  size_t workspace_bytes; /* 0: no scratch */
+  size_t workspace_bytes; /* scratch of moegen_gemm_fwd: MOEGEN_GEMM_WORKSPACE_BYTES on sm_90a
+                           * (the tile ticket), 0 on the portable path */
 } moegen_gemm_fwd_shape;
+
+/* Scratch bytes of a row-tiled GEMM call on sm_90a (forward, dgrad, SwiGLU
+ * forward, dgrad + SwiGLU): one int32 tile ticket the op zeroes (a memset
+ * node) before its kernel, which hands tiles to its persistent CTAs in
+ * ticket order. Calls that may run at the same time need their own. */
+#define MOEGEN_GEMM_WORKSPACE_BYTES 16u
 
 moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id which,
                                        int64_t max_rows, moegen_gemm_fwd_shape *shape);
@@ -454,14 +461,19 @@ typedef struct moegen_gemm_fwd_args {
   void *y;                /* out [max_rows, N] bf16: y_e = x_e w_e^T, fp32 accumulation */
   const int32_t *counts;  /* in  [E] int32 device: m_e >= 0 (negative counts read as 0), or NULL */
   const int32_t *offsets; /* in  [E + 1] int32 device: nondecreasing row offsets, or NULL */
+  void *workspace;        /* scratch, 16-byte aligned, contents undefined in/out; NULL when the
+                           * shape's workspace_bytes is 0 */
+  size_t workspace_bytes; /* >= moegen_gemm_fwd_shape_of's */
 } moegen_gemm_fwd_args;
 
 /* Grouped GEMM forward: y_e = x_e w_e^T for every expert (SPEC.md 5, no bias).
  * Buffer contract: reads x, w and the counts/offsets; writes exactly the
- * rows of y that belong to an expert (below max_rows); mutates nothing else
- * (rows of y outside every expert keep their contents). One kernel on
- * `stream` (sm_90a: its two TMA descriptors are encoded on the host, no GPU
- * work); no host sync, graph-capturable. NOT_SUPPORTED as for the shape
+ * rows of y that belong to an expert (below max_rows) and clobbers the
+ * workspace; mutates nothing else (rows of y outside every expert keep
+ * their contents). On sm_90a a memset node (the workspace's tile ticket)
+ * and one kernel on `stream` (its two TMA descriptors are encoded on the
+ * host, no GPU work); on the portable path one kernel; no host sync,
+ * graph-capturable. NOT_SUPPORTED as for the shape
  * function. With gemm.tall_rows_per_expert > 0 and max_rows >=
  * gemm.tall_rows_per_expert * E it runs the tall-tile kernel
  * (gemm.gemm1_tall / gemm2_tall), else the 128-row one. */
@@ -481,7 +493,8 @@ typedef struct moegen_gemm_bwd_shape {
   int64_t dw[3];          /* [E, N, K]      bf16 (or fp32 with accumulate) */
   int64_t db[2];          /* [E, N]         fp32 */
   int64_t counts[1];      /* [E]            int32 (or offsets [E + 1] int32) */
-  size_t workspace_bytes; /* 0: no scratch */
+  size_t workspace_bytes; /* scratch of dgrad, the SwiGLU forward and dgrad + SwiGLU:
+                           * MOEGEN_GEMM_WORKSPACE_BYTES on sm_90a, else 0 (wgrad needs none) */
 } moegen_gemm_bwd_shape;
 
 moegen_status moegen_gemm_bwd_shape_of(const moegen_image *image, moegen_gemm_id which,
@@ -497,12 +510,16 @@ typedef struct moegen_gemm_dgrad_args {
   void *dx;               /* out [max_rows, K] bf16: dx_e = dy_e w_e, fp32 accumulation */
   const int32_t *counts;  /* in  [E] int32 device, or NULL */
   const int32_t *offsets; /* in  [E + 1] int32 device, or NULL (exactly one of the two) */
+  void *workspace;        /* scratch, 16-byte aligned, contents undefined in/out (NULL if the
+                           * shape's workspace_bytes is 0) */
+  size_t workspace_bytes; /* >= moegen_gemm_bwd_shape_of's */
 } moegen_gemm_dgrad_args;
 
 /* dgrad: dx_e = dy_e w_e for every expert (SPEC.md 5, cuBLAS "NN").
  * Buffer contract: reads dy, w, counts/offsets; writes exactly the rows of
- * dx that belong to an expert (below max_rows); mutates nothing else. One
- * kernel on `stream`, no host sync, graph-capturable. Tall tiles as for
+ * dx that belong to an expert (below max_rows) and clobbers the workspace;
+ * mutates nothing else. A memset node (sm_90a) and one kernel on `stream`,
+ * no host sync, graph-capturable. Tall tiles as for
  * moegen_gemm_fwd (gemm.gemm1_dgrad_tall / gemm2_dgrad_tall). */
 moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *args,
                                 CUstream stream);
@@ -545,11 +562,15 @@ typedef struct moegen_gemm_glu_args {
   void *h;                /* out [max_rows, 2F] bf16 pre-activation (bias added), or NULL */
   const int32_t *counts;  /* in  [E] int32 device, or NULL */
   const int32_t *offsets; /* in  [E + 1] int32 device, or NULL (exactly one of the two) */
+  void *workspace;        /* scratch, 16-byte aligned, contents undefined in/out (NULL if the
+                           * shape's workspace_bytes is 0) */
+  size_t workspace_bytes; /* >= moegen_gemm_bwd_shape_of's */
 } moegen_gemm_glu_args;
 
 /* Buffer contract: reads x, w, bias, prob, counts/offsets; writes exactly
- * the expert rows (below max_rows) of act and h; mutates nothing else. One
- * kernel, no host sync, graph-capturable. Tall tiles as for moegen_gemm_fwd
+ * the expert rows (below max_rows) of act and h and clobbers the workspace;
+ * mutates nothing else. A memset node (sm_90a) and one kernel, no host
+ * sync, graph-capturable. Tall tiles as for moegen_gemm_fwd
  * (gemm.gemm1_glu_tall). */
 moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args *args,
                                    CUstream stream);
@@ -568,13 +589,16 @@ typedef struct moegen_gemm_dglu_args {
   float *dprob;           /* in/out [max_rows] fp32, += (the caller zeroes it), or NULL */
   const int32_t *counts;  /* in  [E] int32 device, or NULL */
   const int32_t *offsets; /* in  [E + 1] int32 device, or NULL (exactly one of the two) */
+  void *workspace;        /* scratch, 16-byte aligned, contents undefined in/out (NULL if the
+                           * shape's workspace_bytes is 0) */
+  size_t workspace_bytes; /* >= moegen_gemm_bwd_shape_of's */
 } moegen_gemm_dglu_args;
 
 /* Buffer contract: reads dy, w, h, prob, counts/offsets; writes exactly the
  * expert rows (below max_rows) of dh; adds into the expert rows of dprob
  * (fp32 atomics, one per row and column tile: the summation order, and so
- * the last bits of dprob, may vary run to run). One kernel, no host sync,
- * graph-capturable. Tall tiles as for moegen_gemm_fwd (gemm.gemm2_dgrad_tall). */
+ * the last bits of dprob, may vary run to run); clobbers the workspace. A
+ * memset node (sm_90a) and one kernel, no host sync, graph-capturable. Tall tiles as for moegen_gemm_fwd (gemm.gemm2_dgrad_tall). */
 moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_args *args,
                                      CUstream stream);
 
@@ -770,7 +794,8 @@ typedef struct moegen_layer_fwd_args {
  * -> GEMM1 with the SwiGLU epilogue, each row scaled by its route weight ->
  * GEMM2 -> unpermute (sum over the token's routes). Shared experts are the
  * caller's. Buffer contract: reads the inputs; writes y and saved; clobbers
- * workspace. Nine launches on `stream`, no host sync, graph-capturable. */
+ * workspace. Nine launches on `stream` (and on sm_90a two memset nodes: the
+ * GEMMs' tile tickets), no host sync, graph-capturable. */
 moegen_status moegen_layer_fwd(moegen_module *m, const moegen_layer_fwd_args *args,
                                CUstream stream);
 

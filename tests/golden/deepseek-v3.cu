@@ -1709,8 +1709,9 @@ template <int R> __device__ __forceinline__ void setmaxnreg_inc() {
 //   moegen_gemm2_fwd: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
 //   moegen_gemm1_fwd_tall: N = 4096, K = 7168, tile 256x192x64, 3 stages, 175296 B smem
 //   moegen_gemm2_fwd_tall: N = 7168, K = 2048, tile 256x128x64, 4 stages, 199888 B smem
-// A persistent CTA per SM walks the global tile index space (experts in
-// order; per expert N tiles, each of ceil(m_e / TBM) M tiles, M fastest);
+// Persistent CTAs (one per SM) take tiles of the global tile index space
+// (experts in order; per expert N tiles, each of ceil(m_e / TBM) M tiles, M
+// fastest) in ticket order (next_tile);
 // warpgroup 0 is the TMA producer, warpgroups 1 and 2 the wgmma consumers
 // of rows [0, TBM/2) and [TBM/2, TBM) of a tile, in m64 sub-blocks.
 namespace ggemm {
@@ -2045,8 +2046,8 @@ constexpr int BM = 128;  // default tile rows (two consumers of 64); wgrad's dW 
 constexpr int BK = 64;   // tile depth: 64 bf16 = one 128-byte swizzle row
 constexpr int THREADS = 384;
 constexpr int CONSUMER_ROWS = 64;  // rows of one wgmma (m64)
-constexpr int PRODUCER_REGS = 24;  // setmaxnreg: 128 * 24 + 256 * 240 = 64512 registers
-constexpr int CONSUMER_REGS = 240; // a 256 x 192 SwiGLU tile: 192 accumulators live in store_glu
+constexpr int PRODUCER_REGS = 40;  // setmaxnreg: 128 * 40 + 256 * 232 = 64512 registers (384 * 168)
+constexpr int CONSUMER_REGS = 232; // a 256 x 192 SwiGLU tile: 192 accumulators live in store_glu
 constexpr int RELEASES = 8;        // arrivals that free a stage: each consumer warp's lane 0
 constexpr long long L2_KEEP = 25165824; // most bytes of A tiles kept in L2 (l2_policies)
 constexpr long long L2_FIT = 33554432;  // bytes of both operands' sets that stay in L2
@@ -2234,6 +2235,59 @@ __device__ __forceinline__ void consume_stages(u32 bars, int kt, int lane, int &
   if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 }
 
+// ---- tile order of the row-tiled kernels: tickets
+// A CTA's first tile is blockIdx.x, each later one atomicAdd(tickets, 1) +
+// gridDim.x (tickets: the caller's workspace int, zeroed before the launch),
+// so tiles that share operands (M-fastest numbering: the M tiles of one
+// weight strip; an expert's N tiles of one row tile) start close in time
+// and meet in L2. A static t += gridDim.x lets CTAs drift apart (tiles of
+// unequal cost: ragged last row tiles, narrow last column tiles) until
+// the sharers no longer meet: ncu on an H100 (bench/RESULTS.md run 19),
+// DeepSeek-V3 gemm1 T = 16384 read 55 GB from DRAM for 17 GB of operands
+// (cuBLASLt 1.0x), 24 GB with tickets. The producer hands each tile id to
+// the consumers in shared memory with the tile's first stage: posted
+// before the stage's arrive (release), read after its full-barrier wait
+// (acquire); id -1 (a stage with no bytes) ends the consumers' loop.
+// ids: shared-window address of the STAGES tile-id slots (IDS_OFFSET past
+// the tables), kept as an offset from the barriers' address by the callers
+// so the 24-register producer holds no extra pointer.
+constexpr u32 IDS_OFFSET = 4 * (2 * (E + 1) + 16); // the scan scratch's second half
+__device__ __forceinline__ void sts_u32(u32 addr, int v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ int lds_u32(u32 addr) {
+  int v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+// (%nctaid.x is read at the call: kept live over the producer's loop,
+// gridDim.x cost a register the producer's small budget did not have.)
+__device__ __forceinline__ int next_tile(int *tickets) {
+  int grid;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));
+  return atomicAdd(tickets, 1) + grid;
+}
+// Producer, before a tile's first load into stage s: its id t (the loads
+// wait on the free stage again; t is dead during them).
+template <int STAGES>
+__device__ __forceinline__ void post_tile(u32 bars, u32 ids, int s, u32 ph, int t) {
+  mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
+  sts_u32(ids + 4 * s, t);
+}
+// Producer, after its last tile: stage s carries id -1 and no bytes.
+template <int STAGES>
+__device__ __forceinline__ void end_tiles(u32 bars, u32 ids, int s, u32 ph) {
+  mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
+  sts_u32(ids + 4 * s, -1);
+  mbar_arrive(bars + 8 * s);
+}
+// Consumer: the id of the tile whose first stage is s (-1: no more); the
+// stage stays full for consume_stages / skip_stages, which wait on it again.
+__device__ __forceinline__ int wait_tile(u32 bars, u32 ids, int s, u32 ph) {
+  mbar_wait(bars + 8 * s, ph);
+  return lds_u32(ids + 4 * s);
+}
+
 // A consumer with no rows in the tile: keeps the barriers in step, no math.
 template <int STAGES>
 __device__ __forceinline__ void skip_stages(u32 bars, int kt, int lane, int &s, u32 &ph) {
@@ -2289,7 +2343,7 @@ __device__ __forceinline__ Rows consumer_rows(int tile_rows, int c) {
 template <int N, int K, int TBM, int BN, int STAGES, int SMEM_BYTES>
 __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tensor_map_t *mw,
                                              bf16_t *y, const int *counts, const int *offsets,
-                                             int max_rows, u8 *smem) {
+                                             int max_rows, int *tickets, u8 *smem) {
   constexpr int KT = (K + BK - 1) / BK; // k steps (TMA zero-fills the tail)
   constexpr int NT = (N + BN - 1) / BN; // N tiles per expert
   constexpr int SUB = TBM / 2 / CONSUMER_ROWS; // m64 sub-blocks per consumer
@@ -2302,6 +2356,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
                 "plan.lua gemm_smem");
   static_assert(SMEM_BYTES <= 232448, "opt-in shared memory");
   int *ts = reinterpret_cast<int *>(smem), *rs = ts + (E + 1), *scratch = rs + (E + 1);
+  static_assert(STAGES <= 16, "tile ids in the scan scratch's second half (free after build_tables)");
   const u32 bars = smem_addr(smem) + TABLE_BYTES; // full[STAGES], then empty[STAGES]
   const u32 tiles = (bars + BAR_BYTES + 1023) & ~1023u;
   const u32 sa = tiles, sb = tiles + STAGES * A_BYTES;
@@ -2318,7 +2373,6 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     tma_prefetch_map(mw);
   }
   __syncthreads();
-  const int total = ts[E] * NT;
   const int wg = tid / 128;
 
   if (wg == 0) { // ---------------- producer: one thread issues every load
@@ -2328,8 +2382,11 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     l2_policies<TBM, BN, K, NT>(ts, pa, pb);
     int s = 0;
     u32 ph = 0;
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    const u32 ids = bars - TABLE_BYTES + IDS_OFFSET;
+    // (the tile count ts[E] * NT is re-read each tile: one register fewer over the loop)
+    for (int t = blockIdx.x; t < lds_u32(bars - TABLE_BYTES + 4 * E) * NT; t = next_tile(tickets)) {
       const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
+      post_tile<STAGES>(bars, ids, s, ph, t);
       for (int kb = 0; kb < KT; kb++) { // rows of a loaded box past the expert: loaded, not stored
         const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
         mbar_wait(empty, ph ^ 1);
@@ -2338,6 +2395,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
         if (++s == STAGES) s = 0, ph ^= 1;
       }
     }
+    end_tiles<STAGES>(bars, ids, s, ph);
     return;
   }
 
@@ -2347,7 +2405,9 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
   float acc[SUB][BN / 2];
   int s = 0;
   u32 ph = 0;
-  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+  for (;;) {
+    const int t = wait_tile(bars, bars - TABLE_BYTES + IDS_OFFSET, s, ph);
+    if (t < 0) break;
     const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
     const Rows cr = consumer_rows<TBM>(tl.rows - tl.m0, c);
     if (cr.left <= 0) {
@@ -2386,40 +2446,44 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 256, BK], 128B swizzle
-                 bf16_t *y, const int *counts, const int *offsets, int max_rows) {
+                 bf16_t *y, const int *counts, const int *offsets, int max_rows,
+                 int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   ggemm::grouped_gemm<4096, 7168, 128, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
-                                                                   max_rows, smem);
+                                                                   max_rows, tickets, smem);
 }
 
 // N = 7168, K = 2048, 128-row tiles.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 256, BK], 128B swizzle
-                 bf16_t *y, const int *counts, const int *offsets, int max_rows) {
+                 bf16_t *y, const int *counts, const int *offsets, int max_rows,
+                 int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   ggemm::grouped_gemm<7168, 2048, 128, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
-                                                                   max_rows, smem);
+                                                                   max_rows, tickets, smem);
 }
 
 // N = 4096, K = 7168, 256-row tiles.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 192, BK], 128B swizzle
-                 bf16_t *y, const int *counts, const int *offsets, int max_rows) {
+                 bf16_t *y, const int *counts, const int *offsets, int max_rows,
+                 int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   ggemm::grouped_gemm<4096, 7168, 256, 192, 3, 175296>(&mx, &mw, y, counts, offsets,
-                                                                   max_rows, smem);
+                                                                   max_rows, tickets, smem);
 }
 
 // N = 7168, K = 2048, 256-row tiles.
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 128, BK], 128B swizzle
-                 bf16_t *y, const int *counts, const int *offsets, int max_rows) {
+                 bf16_t *y, const int *counts, const int *offsets, int max_rows,
+                 int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   ggemm::grouped_gemm<7168, 2048, 256, 128, 4, 199888>(&mx, &mw, y, counts, offsets,
-                                                                   max_rows, smem);
+                                                                   max_rows, tickets, smem);
 }
 
 #endif
@@ -2709,7 +2773,8 @@ template <> struct Mma<192, 0, 0> {
 // WGRAD tiles dW by BM = 128.
 template <int MODE, int N, int K, int TBM, int BN, int STAGES, int SMEM_BYTES>
 __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t *mb, const Out &o,
-                                     const int *counts, const int *offsets, int max_rows, u8 *smem) {
+                                     const int *counts, const int *offsets, int max_rows, int *tickets,
+                                     u8 *smem) {
   constexpr int F = N / 2;                                    // GLU: act columns
   constexpr int R = MODE == DGRAD || MODE == DGLU ? N : K;    // DGRAD, GLU: reduction (compile time)
   constexpr int KT = (R + BK - 1) / BK;                       // k steps (DGRAD, GLU)
@@ -2727,6 +2792,11 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   static_assert(SMEM_BYTES == TABLE_BYTES + EXTRA + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES),
                 "plan.lua gemm_smem");
   static_assert(SMEM_BYTES <= 232448, "opt-in shared memory");
+  // Row tiles in ticket order (ggemm::next_tile); WGRAD's dW tiles (an
+  // empty expert has no k steps, so no stage to carry an id) keep the
+  // static t += gridDim.x.
+  constexpr bool TICKETS = MODE != WGRAD;
+  static_assert(STAGES <= 16, "tile ids in the scan scratch's second half (free after build_tables)");
   int *ts = reinterpret_cast<int *>(smem), *rs = ts + (E + 1), *scratch = rs + (E + 1);
   float *dbs = reinterpret_cast<float *>(smem + TABLE_BYTES); // WGRAD: [2][64]
   const u32 bars = smem_addr(smem) + TABLE_BYTES + EXTRA;     // full[STAGES], then empty[STAGES]
@@ -2745,7 +2815,6 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
     tma_prefetch_map(mb);
   }
   __syncthreads();
-  const int total = MODE == WGRAD ? E * MT * CT : ts[E] * CT;
   const int wg = tid / 128;
 
   if (wg == 0) { // ---------------- producer: one thread issues every load
@@ -2756,7 +2825,10 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
     if (MODE != WGRAD) ggemm::l2_policies<TBM, BN, R, CT>(ts, pa, pb);
     int s = 0;
     u32 ph = 0;
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    const u32 ids = bars - (TABLE_BYTES + EXTRA) + ggemm::IDS_OFFSET;
+    // (the tile count is re-read from shared memory each tile: one register fewer over the loop)
+    for (int t = blockIdx.x; t < (MODE == WGRAD ? E * MT * CT : ggemm::lds_u32(bars - (TABLE_BYTES + EXTRA) + 4 * E) * CT);
+         t = TICKETS ? ggemm::next_tile(tickets) : t + gridDim.x) {
       if (MODE == WGRAD) {
         const ggemm::WTile w = ggemm::wdecode<N, K, BM, BN>(t, rs);
         // Rows past the expert's end are loaded and zeroed by the consumers.
@@ -2776,6 +2848,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
       } else {
         constexpr int TW = MODE == GLU ? BN / 2 : BN; // output columns per tile
         const ggemm::Tile tl = ggemm::decode<CT, TW, TBM>(t, ts, rs);
+        ggemm::post_tile<STAGES>(bars, ids, s, ph, t);
         for (int kb = 0; kb < KT; kb++) { // rows of a loaded box past the expert: loaded, not stored
           const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
           mbar_wait(empty, ph ^ 1);
@@ -2792,6 +2865,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
         }
       }
     }
+    if (TICKETS) ggemm::end_tiles<STAGES>(bars, ids, s, ph);
     return;
   }
 
@@ -2802,7 +2876,13 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   float accs[SUB][BN / 2];
   int s = 0;
   u32 ph = 0;
-  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+  for (int t = blockIdx.x;; t += gridDim.x) {
+    if (TICKETS) {
+      t = ggemm::wait_tile(bars, bars - (TABLE_BYTES + EXTRA) + ggemm::IDS_OFFSET, s, ph);
+      if (t < 0) break;
+    } else if (t >= E * MT * CT) {
+      break;
+    }
     int e, row0, rows, m0, n0, kt, tile_rows, nt = 0;
     if (MODE == WGRAD) {
       const ggemm::WTile w = ggemm::wdecode<N, K, BM, BN>(t, rs);
@@ -2904,10 +2984,11 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
-                   bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
+                   bf16_t *dx, const int *counts, const int *offsets, int max_rows,
+                   int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -2916,10 +2997,11 @@ moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
-                   bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
+                   bf16_t *dx, const int *counts, const int *offsets, int max_rows,
+                   int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -2929,10 +3011,11 @@ extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_dgrad_glu(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                        const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                        bf16_t *dh, const bf16_t *h, const float *prob, float *dprob,
-                       const int *counts, const int *offsets, int max_rows) {
+                       const int *counts, const int *offsets, int max_rows,
+                       int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
-  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -2945,7 +3028,7 @@ moegen_gemm1_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    int accumulate) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, nullptr, smem);
 }
 
 #endif
@@ -2958,7 +3041,7 @@ moegen_gemm2_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    int accumulate) {
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, nullptr, smem);
 }
 
 #endif
@@ -2968,10 +3051,11 @@ extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                      const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN/2, BK], 128B swizzle
                      bf16_t *act, bf16_t *h, const bf16_t *bias, const float *prob,
-                     const int *counts, const int *offsets, int max_rows) {
+                     const int *counts, const int *offsets, int max_rows,
+                     int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 128, 256, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 128, 256, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -2980,10 +3064,11 @@ moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
-                   bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
+                   bf16_t *dx, const int *counts, const int *offsets, int max_rows,
+                   int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -2992,10 +3077,11 @@ moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
-                   bf16_t *dx, const int *counts, const int *offsets, int max_rows) {
+                   bf16_t *dx, const int *counts, const int *offsets, int max_rows,
+                   int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3005,10 +3091,11 @@ extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                        const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
                        bf16_t *dh, const bf16_t *h, const float *prob, float *dprob,
-                       const int *counts, const int *offsets, int max_rows) {
+                       const int *counts, const int *offsets, int max_rows,
+                       int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
-  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3018,10 +3105,11 @@ extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                      const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN/2, BK], 128B swizzle
                      bf16_t *act, bf16_t *h, const bf16_t *bias, const float *prob,
-                     const int *counts, const int *offsets, int max_rows) {
+                     const int *counts, const int *offsets, int max_rows,
+                     int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 192, 3, 175296>(&mx, &mw, o, counts, offsets, max_rows, smem);
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 192, 3, 175296>(&mx, &mw, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif

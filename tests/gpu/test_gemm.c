@@ -26,6 +26,7 @@ typedef struct problem {
   float *x, *w, *ref;   /* [max_rows, K], [E, N, K], [max_rows, N] fp32 (bf16 values) */
   void *dx, *dw, *dy;   /* device bf16 */
   int32_t *dcounts, *doffsets; /* device [E], [E + 1] */
+  void *dws;                    /* device workspace, MOEGEN_GEMM_WORKSPACE_BYTES (the tile ticket) */
 } problem;
 
 /* Uploads counts (and their offsets) and recomputes the reference. */
@@ -52,6 +53,7 @@ static problem make_problem(int E, int N, int K, const int32_t *counts) {
   p.dy = gpu_alloc(2 * ys);
   p.dcounts = gpu_alloc(4 * (size_t)E);
   p.doffsets = gpu_alloc(4 * (size_t)E + 4);
+  p.dws = gpu_alloc(MOEGEN_GEMM_WORKSPACE_BYTES);
   fill(p.x, p.dx, xs, 1.0f / 4);
   fill(p.w, p.dw, ws, 1.0f / 16);
   set_counts(&p, counts);
@@ -61,6 +63,7 @@ static problem make_problem(int E, int N, int K, const int32_t *counts) {
 static void free_problem(problem *p) {
   free(p->counts); free(p->x); free(p->w); free(p->ref);
   gpu_free(p->dx); gpu_free(p->dw); gpu_free(p->dy); gpu_free(p->dcounts); gpu_free(p->doffsets);
+  gpu_free(p->dws);
 }
 
 /* Compares y with the reference; rows past the experts must still hold the
@@ -99,7 +102,8 @@ static void verify(const problem *p, const char *what) {
 static moegen_gemm_fwd_args args_of(const problem *p, moegen_gemm_id which, int offsets) {
   return (moegen_gemm_fwd_args){.which = which, .max_rows = p->max_rows, .x = p->dx, .w = p->dw,
                                 .y = p->dy, .counts = offsets ? NULL : p->dcounts,
-                                .offsets = offsets ? p->doffsets : NULL};
+                                .offsets = offsets ? p->doffsets : NULL, .workspace = p->dws,
+                                .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
 }
 
 /* One launch (counts or offsets) on the default stream, then verify. */
@@ -206,6 +210,18 @@ static void case_args(void) {
   a.x = (char *)buf + 2;
   bad += moegen_gemm_fwd(m, &a, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* misaligned */
   a.x = buf;
+  moegen_gemm_fwd_shape sh;
+  bad += moegen_gemm_fwd_shape_of(moegen_module_image(m), MOEGEN_GEMM2, 8, &sh) != MOEGEN_OK;
+  if (sh.workspace_bytes) { /* sm_90a: the tile ticket is required */
+    bad += sh.workspace_bytes != MOEGEN_GEMM_WORKSPACE_BYTES;
+    bad += moegen_gemm_fwd(m, &a, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* no workspace */
+    a.workspace = (char *)buf + 8;
+    a.workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES;
+    bad += moegen_gemm_fwd(m, &a, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* misaligned */
+    a.workspace = buf;
+    a.workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES - 1;
+    bad += moegen_gemm_fwd(m, &a, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* too small */
+  }
   a.max_rows = 0;
   bad += moegen_gemm_fwd(m, &a, NULL) != MOEGEN_OK; /* no-op */
   printf("  %s argument checks\n", bad ? "FAIL" : "ok  ");

@@ -27,6 +27,7 @@ typedef struct problem {
   float *x, *w, *dy;            /* [max_rows, K], [E, N, K], [max_rows, N] (bf16 values) */
   void *dx_, *dw_, *ddy;        /* device bf16 inputs */
   int32_t *dcounts, *doffsets;  /* device [E], [E + 1] */
+  void *dws;                    /* device workspace, MOEGEN_GEMM_WORKSPACE_BYTES (the tile ticket) */
 } problem;
 
 static void set_counts(problem *p, const int32_t *counts) {
@@ -53,6 +54,7 @@ static problem make_problem(int E, int N, int K, const int32_t *counts, int max_
   p.ddy = gpu_alloc(2 * ys);
   p.dcounts = gpu_alloc(4 * (size_t)E);
   p.doffsets = gpu_alloc(4 * (size_t)E + 4);
+  p.dws = gpu_alloc(MOEGEN_GEMM_WORKSPACE_BYTES);
   fill(p.x, p.dx_, xs, 1.0f / 4);
   fill(p.w, p.dw_, ws, 1.0f / 16);
   fill(p.dy, p.ddy, ys, 1.0f / 4);
@@ -63,6 +65,7 @@ static problem make_problem(int E, int N, int K, const int32_t *counts, int max_
 static void free_problem(problem *p) {
   free(p->counts); free(p->x); free(p->w); free(p->dy);
   gpu_free(p->dx_); gpu_free(p->dw_); gpu_free(p->ddy); gpu_free(p->dcounts); gpu_free(p->doffsets);
+  gpu_free(p->dws);
 }
 
 /* Compares n values (bf16 if got16, else fp32 got32) with ref; elements
@@ -107,7 +110,8 @@ static void run_dgrad(moegen_module *m, problem *p, moegen_gemm_id which, int of
   gpu_poison(dx, 2 * xs);
   moegen_gemm_dgrad_args a = {.which = which, .max_rows = p->max_rows, .dy = p->ddy, .w = p->dw_,
                               .dx = dx, .counts = offsets ? NULL : p->dcounts,
-                              .offsets = offsets ? p->doffsets : NULL};
+                              .offsets = offsets ? p->doffsets : NULL, .workspace = p->dws,
+                              .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
   if (check_status(m, moegen_gemm_dgrad(m, &a, NULL), what)) {
     CU(gpu_drv->cuCtxSynchronize());
     uint16_t *got = malloc(2 * xs);
@@ -191,7 +195,8 @@ static void run_glu(moegen_module *m, problem *p, int offsets, int extras, const
                             .bias = extras ? dbias : NULL, .prob = extras ? dprob : NULL,
                             .act = dact, .h = extras ? dh : NULL,
                             .counts = offsets ? NULL : p->dcounts,
-                            .offsets = offsets ? p->doffsets : NULL};
+                            .offsets = offsets ? p->doffsets : NULL, .workspace = p->dws,
+                            .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
   if (check_status(m, moegen_gemm1_fwd_glu(m, &a, NULL), what)) {
     CU(gpu_drv->cuCtxSynchronize());
     float *rh = malloc(4 * hs + 4), *ract = malloc(4 * as + 4);
@@ -241,7 +246,8 @@ static void run_dglu(moegen_module *m, problem *p, int offsets, int with_prob, c
                              .prob = with_prob ? dprob_in : NULL, .dh = ddh,
                              .dprob = with_prob ? dprob : NULL,
                              .counts = offsets ? NULL : p->dcounts,
-                             .offsets = offsets ? p->doffsets : NULL};
+                             .offsets = offsets ? p->doffsets : NULL, .workspace = p->dws,
+                             .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
   if (check_status(m, moegen_gemm2_dgrad_glu(m, &a, NULL), what)) {
     CU(gpu_drv->cuCtxSynchronize());
     float *rdh = malloc(4 * hs + 4);
@@ -346,7 +352,8 @@ static void case_graph(void) {
   CUgraphExec ge;
   CU(gpu_drv->cuStreamCreate(&stream, MOEGEN_CU_STREAM_NON_BLOCKING));
   moegen_gemm_dgrad_args da = {.which = MOEGEN_GEMM1, .max_rows = max_rows, .dy = p1.ddy,
-                               .w = p1.dw_, .dx = dx, .counts = p1.dcounts};
+                               .w = p1.dw_, .dx = dx, .counts = p1.dcounts, .workspace = p1.dws,
+                               .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
   moegen_gemm_wgrad_args wa = {.which = MOEGEN_GEMM2, .max_rows = max_rows, .dy = p2.ddy,
                                .x = p2.dx_, .dw = dw, .db = db, .accumulate = 1,
                                .counts = p2.dcounts};
@@ -417,6 +424,15 @@ static void case_args(void) {
   d.dx = (char *)buf + 2;
   bad += moegen_gemm_dgrad(m, &d, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* misaligned */
   d.dx = buf;
+  moegen_gemm_bwd_shape sh;
+  bad += moegen_gemm_bwd_shape_of(moegen_module_image(m), MOEGEN_GEMM2, 8, &sh) != MOEGEN_OK;
+  if (sh.workspace_bytes) { /* sm_90a: the tile ticket is required */
+    bad += sh.workspace_bytes != MOEGEN_GEMM_WORKSPACE_BYTES;
+    bad += moegen_gemm_dgrad(m, &d, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* no workspace */
+    d.workspace = buf;
+    d.workspace_bytes = 4;
+    bad += moegen_gemm_dgrad(m, &d, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* too small */
+  }
   d.max_rows = 0;
   bad += moegen_gemm_dgrad(m, &d, NULL) != MOEGEN_OK; /* no-op */
   moegen_gemm_wgrad_args w = {.which = MOEGEN_GEMM2, .max_rows = 8, .dy = buf, .x = buf, .dw = buf,

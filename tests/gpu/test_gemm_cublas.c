@@ -102,6 +102,7 @@ static void case_shape(const char *name, int E, int H, int F, const int32_t *cou
   free(block);
   int32_t *dcounts = gpu_alloc(4 * (size_t)E);
   gpu_put(dcounts, counts, 4 * (size_t)E);
+  void *ws = gpu_alloc(MOEGEN_GEMM_WORKSPACE_BYTES); /* the tile ticket */
   const size_t out_n = (size_t)max_rows * (2 * F > H ? 2 * F : H);
   void *out = gpu_alloc(2 * out_n);
   float *ref = gpu_alloc(4 * (size_t)rows * (2 * F > H ? 2 * F : H) + 16);
@@ -111,7 +112,8 @@ static void case_shape(const char *name, int E, int H, int F, const int32_t *cou
     const int N = g == 1 ? 2 * F : H, K = g == 1 ? H : F;
     gpu_poison(out, 2 * out_n);
     moegen_gemm_fwd_args a = {.which = g == 1 ? MOEGEN_GEMM1 : MOEGEN_GEMM2, .max_rows = max_rows,
-                              .x = x, .w = g == 1 ? w1 : w2, .y = out, .counts = dcounts};
+                              .x = x, .w = g == 1 ? w1 : w2, .y = out, .counts = dcounts,
+                              .workspace = ws, .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
     moegen_status st = moegen_gemm_fwd(m, &a, NULL);
     snprintf(what, sizeof what, "gemm%d forward N=%d K=%d", g, N, K);
     if (st != MOEGEN_OK) {
@@ -125,7 +127,8 @@ static void case_shape(const char *name, int E, int H, int F, const int32_t *cou
   /* gemm1 dgrad: dx [rows, H] = dy [rows, 2F] W1_e */
   gpu_poison(out, 2 * out_n);
   moegen_gemm_dgrad_args d = {.which = MOEGEN_GEMM1, .max_rows = max_rows, .dy = dy, .w = w1,
-                              .dx = out, .counts = dcounts};
+                              .dx = out, .counts = dcounts, .workspace = ws,
+                              .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
   snprintf(what, sizeof what, "gemm1 dgrad N=%d K=%d", 2 * F, H);
   if (moegen_gemm_dgrad(m, &d, NULL) != MOEGEN_OK) {
     printf("  FAIL %s: %s\n", what, moegen_module_last_error(m));
@@ -156,7 +159,7 @@ static void case_shape(const char *name, int E, int H, int F, const int32_t *cou
     }
   }
   gpu_free(dw); gpu_free(wref);
-  gpu_free(x); gpu_free(dy); gpu_free(w1); gpu_free(w2); gpu_free(dcounts); gpu_free(out);
+  gpu_free(x); gpu_free(dy); gpu_free(w1); gpu_free(w2); gpu_free(dcounts); gpu_free(ws); gpu_free(out);
   gpu_free(ref);
   moegen_module_destroy(m);
 }
