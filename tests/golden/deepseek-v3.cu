@@ -304,6 +304,22 @@ __device__ __forceinline__ void qb_accumulate(int *hist, const float *bounds, in
   }
 }
 
+// Writes a token's dense row dst [E] in W-element vectors, lane tl of the
+// token taking vectors tl, tl + L, ...: consecutive lanes on consecutive
+// vectors, whole 32-byte sectors a store (each lane storing its own slice
+// of over one vector would leave half of each sector to its next store).
+// value(e, v) fills the vector of elements [e, e + W).
+template <typename T, int W, typename F>
+__device__ __forceinline__ void fill_row(T *dst, int tl, F value) {
+  static_assert(E % W == 0, "vectors tile the row");
+#pragma unroll
+  for (int c = tl; c < E / W; c += L) {
+    T v[W];
+    value(c * W, v);
+    store_vec<T, W>(dst + c * W, v);
+  }
+}
+
 // Kernel arguments, passed by value as one struct.
 struct Outputs {
   const logit_t *logits;
@@ -422,37 +438,27 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
         store_vec<float, SVEC>(row + off + i, v);
       }
     }
-    if (owned) {
-      if (o.probs) {
-#pragma unroll
-        for (int i = 0; i < V; i += LVEC) {
-          logit_t v[LVEC];
+    if (live) {
+      if (o.probs) fill_row<logit_t, LVEC>(o.probs + t * E, tl, [](int, logit_t *v) {
 #pragma unroll
           for (int j = 0; j < LVEC; j++) v[j] = from_f32<logit_t>(0.f);
-          if (base + i < E) store_vec<logit_t, LVEC>(o.probs + t * E + base + i, v);
-        }
-      }
-      if (o.map) {
-#pragma unroll
-        for (int i = 0; i < V; i += MVEC) {
-          u8 v[MVEC];
+        });
+      if (o.map) fill_row<u8, MVEC>(o.map + t * E, tl, [](int, u8 *v) {
 #pragma unroll
           for (int j = 0; j < MVEC; j++) v[j] = 0;
-          if (base + i < E) store_vec<u8, MVEC>(o.map + t * E + base + i, v);
-        }
-      }
-      if (o.inter) {
+        });
+      if (POST_SOFTMAX && o.inter) fill_row<float, IVEC>(o.inter + t * E, tl, [](int, float *v) {
 #pragma unroll
-        for (int i = 0; i < V; i += IVEC) {
-          float v[IVEC];
+          for (int j = 0; j < IVEC; j++) v[j] = -MOEGEN_INF; // the picks write their probs
+        });
+    }
+    if (SCORE == SQRTSOFTPLUS && owned && o.inter) { // the logits, in the lane's registers only
 #pragma unroll
-          for (int j = 0; j < IVEC; j++) {
-            if constexpr (SCORE == SQRTSOFTPLUS) v[j] = x[i + j];
-            else if constexpr (POST_SOFTMAX) v[j] = -MOEGEN_INF; // the picks write their probs
-            else v[j] = s[i + j];
-          }
-          if (base + i < E) store_vec<float, IVEC>(o.inter + t * E + base + i, v);
-        }
+      for (int i = 0; i < V; i += IVEC) {
+        float v[IVEC];
+#pragma unroll
+        for (int j = 0; j < IVEC; j++) v[j] = x[i + j];
+        if (base + i < E) store_vec<float, IVEC>(o.inter + t * E + base + i, v);
       }
     }
     if (o.bitmap)
@@ -546,6 +552,12 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
       nwin = n < PICKS ? n : PICKS;
     }
     __syncwarp();
+    // ---- the intermediate of sigmoid / pre-softmax: the scores s, from the
+    // token's shared row (complete since the warp sync above)
+    if (SCORE != SQRTSOFTPLUS && !POST_SOFTMAX && live && o.inter)
+      fill_row<float, IVEC>(o.inter + t * E, tl, [&](int e, float *v) {
+        load_vec<float, IVEC>(row + e / V * VP + e % V, v);
+      });
     // ---- the picks: lane tl writes pick k = j * L + tl
     constexpr int J = (PICKS + L - 1) / L;
     int pe[J];   // expert id (E: none; NaN inputs may leave others: only ids < E are used)
@@ -775,6 +787,22 @@ __device__ __forceinline__ void qb_accumulate(int *hist, const float *bounds, in
   }
 }
 
+// Writes a token's dense row dst [E] in W-element vectors, lane tl of the
+// token taking vectors tl, tl + L, ...: consecutive lanes on consecutive
+// vectors, whole 32-byte sectors a store (each lane storing its own slice
+// of over one vector would leave half of each sector to its next store).
+// value(e, v) fills the vector of elements [e, e + W).
+template <typename T, int W, typename F>
+__device__ __forceinline__ void fill_row(T *dst, int tl, F value) {
+  static_assert(E % W == 0, "vectors tile the row");
+#pragma unroll
+  for (int c = tl; c < E / W; c += L) {
+    T v[W];
+    value(c * W, v);
+    store_vec<T, W>(dst + c * W, v);
+  }
+}
+
 // Kernel arguments, passed by value as one struct.
 struct Outputs {
   const logit_t *logits;
@@ -893,37 +921,27 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
         store_vec<float, SVEC>(row + off + i, v);
       }
     }
-    if (owned) {
-      if (o.probs) {
-#pragma unroll
-        for (int i = 0; i < V; i += LVEC) {
-          logit_t v[LVEC];
+    if (live) {
+      if (o.probs) fill_row<logit_t, LVEC>(o.probs + t * E, tl, [](int, logit_t *v) {
 #pragma unroll
           for (int j = 0; j < LVEC; j++) v[j] = from_f32<logit_t>(0.f);
-          if (base + i < E) store_vec<logit_t, LVEC>(o.probs + t * E + base + i, v);
-        }
-      }
-      if (o.map) {
-#pragma unroll
-        for (int i = 0; i < V; i += MVEC) {
-          u8 v[MVEC];
+        });
+      if (o.map) fill_row<u8, MVEC>(o.map + t * E, tl, [](int, u8 *v) {
 #pragma unroll
           for (int j = 0; j < MVEC; j++) v[j] = 0;
-          if (base + i < E) store_vec<u8, MVEC>(o.map + t * E + base + i, v);
-        }
-      }
-      if (o.inter) {
+        });
+      if (POST_SOFTMAX && o.inter) fill_row<float, IVEC>(o.inter + t * E, tl, [](int, float *v) {
 #pragma unroll
-        for (int i = 0; i < V; i += IVEC) {
-          float v[IVEC];
+          for (int j = 0; j < IVEC; j++) v[j] = -MOEGEN_INF; // the picks write their probs
+        });
+    }
+    if (SCORE == SQRTSOFTPLUS && owned && o.inter) { // the logits, in the lane's registers only
 #pragma unroll
-          for (int j = 0; j < IVEC; j++) {
-            if constexpr (SCORE == SQRTSOFTPLUS) v[j] = x[i + j];
-            else if constexpr (POST_SOFTMAX) v[j] = -MOEGEN_INF; // the picks write their probs
-            else v[j] = s[i + j];
-          }
-          if (base + i < E) store_vec<float, IVEC>(o.inter + t * E + base + i, v);
-        }
+      for (int i = 0; i < V; i += IVEC) {
+        float v[IVEC];
+#pragma unroll
+        for (int j = 0; j < IVEC; j++) v[j] = x[i + j];
+        if (base + i < E) store_vec<float, IVEC>(o.inter + t * E + base + i, v);
       }
     }
     if (o.bitmap)
@@ -1017,6 +1035,12 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
       nwin = n < PICKS ? n : PICKS;
     }
     __syncwarp();
+    // ---- the intermediate of sigmoid / pre-softmax: the scores s, from the
+    // token's shared row (complete since the warp sync above)
+    if (SCORE != SQRTSOFTPLUS && !POST_SOFTMAX && live && o.inter)
+      fill_row<float, IVEC>(o.inter + t * E, tl, [&](int e, float *v) {
+        load_vec<float, IVEC>(row + e / V * VP + e % V, v);
+      });
     // ---- the picks: lane tl writes pick k = j * L + tl
     constexpr int J = (PICKS + L - 1) / L;
     int pe[J];   // expert id (E: none; NaN inputs may leave others: only ids < E are used)
