@@ -208,7 +208,8 @@ end
 --    64 x 256 fp32 accumulator (128 registers per thread) fits a consumer.
 --  * 4 stages x 48 KiB = 192 KiB keep ~3 steps (2.4 us) of loads in flight,
 --    more than the ~1 us L2/HBM latency.
---  * tiles are numbered expert-major, then N tile, then M tile, so the CTAs
+--  * tiles are numbered expert-major, then N tile, then M tile, and taken in
+--    that order by ticket (grouped_gemm_sm90.cu.lt next_tile), so the CTAs
 --    that run together share each W tile (read from HBM once) and X_e.
 --  * small T is weight-bound: DeepSeek-V3 gemm1 streams 256*4096*7168*2 B =
 --    15 GB (3.1 ms at 4.8 TB/s). A consumer whose 64 rows are all past the
