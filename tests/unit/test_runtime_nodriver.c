@@ -121,6 +121,34 @@ static void driver_result(moegen_status want, const char *library) {
   CHECK(strstr(text, "2") != NULL, "describe without driver: %s", text);
 }
 
+/* The GEMM shape functions need no driver; the row-tiled ops' workspace is
+ * the sm_90a kernels' tile ticket, none on the portable path. */
+static void gemm_shapes(void) {
+  moegen_image img = test_image();
+  img.gemm.supported = 1;
+  img.gemm.experts = 8;
+  img.gemm.gemm1 = (moegen_gemm_kernel_plan){.n = 512, .k = 256};
+  img.gemm.gemm2 = (moegen_gemm_kernel_plan){.n = 256, .k = 256};
+  for (int portable = 0; portable <= 1; portable++) {
+    img.gemm.portable = portable;
+    const size_t want = portable ? 0 : MOEGEN_GEMM_WORKSPACE_BYTES;
+    moegen_gemm_fwd_shape fs;
+    moegen_gemm_bwd_shape bs;
+    CHECK(moegen_gemm_fwd_shape_of(&img, MOEGEN_GEMM1, 100, &fs) == MOEGEN_OK &&
+              fs.y[0] == 100 && fs.y[1] == 512 && fs.workspace_bytes == want,
+          "gemm_fwd shape (portable %d): workspace %zu", portable, fs.workspace_bytes);
+    CHECK(moegen_gemm_bwd_shape_of(&img, MOEGEN_GEMM2, 100, &bs) == MOEGEN_OK &&
+              bs.dx[1] == 256 && bs.workspace_bytes == want,
+          "gemm_bwd shape (portable %d): workspace %zu", portable, bs.workspace_bytes);
+  }
+  moegen_gemm_fwd_shape fs;
+  CHECK(moegen_gemm_fwd_shape_of(&img, (moegen_gemm_id)3, 100, &fs) == MOEGEN_ERR_INVALID_ARGUMENT,
+        "gemm_fwd shape: which = 3");
+  img.gemm.supported = 0;
+  CHECK(moegen_gemm_fwd_shape_of(&img, MOEGEN_GEMM1, 100, &fs) == MOEGEN_ERR_NOT_SUPPORTED,
+        "gemm_fwd shape without GEMM kernels");
+}
+
 /* A JIT compile without NVRTC: MOEGEN_ERR_NO_NVRTC naming the library. */
 static void nvrtc_missing(void) {
   unsigned char *cubin;
@@ -138,6 +166,7 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "missing";
   status_strings();
   abi_mismatch();
+  gemm_shapes();
   if (strcmp(mode, "missing") == 0) {
     setenv("MOEGEN_LIBCUDA", FAKE_LIBCUDA, 1);
     setenv("MOEGEN_LIBNVRTC", FAKE_LIBNVRTC, 1);
