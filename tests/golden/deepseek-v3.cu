@@ -2274,7 +2274,7 @@ __device__ __forceinline__ void consume_stages(u32 bars, int kt, int lane, int &
 // (acquire); id -1 (a stage with no bytes) ends the consumers' loop.
 // ids: shared-window address of the STAGES tile-id slots (IDS_OFFSET past
 // the tables), kept as an offset from the barriers' address by the callers
-// so the 24-register producer holds no extra pointer.
+// so the producer's small register budget holds no extra pointer.
 constexpr u32 IDS_OFFSET = 4 * (2 * (E + 1) + 16); // the scan scratch's second half
 __device__ __forceinline__ void sts_u32(u32 addr, int v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
@@ -2307,9 +2307,13 @@ __device__ __forceinline__ void end_tiles(u32 bars, u32 ids, int s, u32 ph) {
 }
 // Consumer: the id of the tile whose first stage is s (-1: no more); the
 // stage stays full for consume_stages / skip_stages, which wait on it again.
+// Every lane of the warp has read the id before any lane goes on (skip_stages'
+// lane 0 may free the stage at once, and then the producer reuses the slot).
 __device__ __forceinline__ int wait_tile(u32 bars, u32 ids, int s, u32 ph) {
   mbar_wait(bars + 8 * s, ph);
-  return lds_u32(ids + 4 * s);
+  const int t = lds_u32(ids + 4 * s);
+  __syncwarp();
+  return t;
 }
 
 // A consumer with no rows in the tile: keeps the barriers in step, no math.

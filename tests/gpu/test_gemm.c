@@ -154,13 +154,14 @@ static void random_counts(int32_t *c, int E, int max) {
   for (int e = 0; e < E; e++) c[e] = rng_u64() % 4 == 0 ? 0 : (int32_t)(rng_u64() % (max + 1));
 }
 
-/* Capture one gemm2 into a graph; replay it after changing the counts on the
- * device (same max_rows): the graph reads the new counts. */
-static void case_graph(void) {
-  const int E = 4;
+/* Capture one gemm2 (N = 512, K = 256) into a graph; replay it after
+ * changing the counts on the device to each of sets[0..2] (same sum, so the
+ * same max_rows): the graph reads the new counts, and its memset node
+ * re-arms the tile ticket on every replay (what = the case's name). */
+static void case_graph(const char *what, int E, const int32_t *const sets[3]) {
   moegen_module *m = module_of(E, 512, 256, 1u << MOEGEN_UNIT_GEMM);
   if (!m) return;
-  const int32_t a[4] = {0, 1, 127, 300}, b[4] = {300, 127, 0, 1}, c[4] = {128, 0, 64, 200};
+  const int32_t *a = sets[0];
   problem p = make_problem(E, 512, 256, a);
   CUstream stream;
   CUgraph g;
@@ -175,13 +176,12 @@ static void case_graph(void) {
     failures++;
   } else {
     CU(gpu_drv->cuGraphInstantiate(&ge, g, 0));
-    const int32_t *sets[3] = {a, b, c};
     for (int rep = 0; rep < 3; rep++) {
       set_counts(&p, sets[rep]);
       gpu_poison(p.dy, 2 * (size_t)p.max_rows * p.N);
       gpu_replay(ge, stream);
-      char label[64];
-      snprintf(label, sizeof label, "graph replay %d gemm2 counts", rep);
+      char label[96];
+      snprintf(label, sizeof label, "%s: graph replay %d gemm2 counts", what, rep);
       verify(&p, label);
     }
     CU(gpu_drv->cuGraphExecDestroy(ge));
@@ -255,7 +255,15 @@ int main(void) {
   const int32_t cg[3] = {5, 0, 70}, cd[2] = {3, 70};
   case_counts("gpt-oss shapes (E=3)", 3, 2880, 2880, cg);
   case_counts("deepseek-v3 shapes (E=2)", 2, 7168, 2048, cd);
-  case_graph();
+  const int32_t ga[4] = {0, 1, 127, 300}, gb[4] = {300, 127, 0, 1}, gc[4] = {128, 0, 64, 200};
+  const int32_t *const small[3] = {ga, gb, gc};
+  case_graph("E=4", 4, small);
+  /* 11584 rows in each set: tall tiles (256 x 128), 48 row tiles x 4
+   * column tiles = 192 tiles, more tiles than CTAs on a 132-SM GPU. */
+  int32_t la[8], lb[8], lc[8];
+  for (int e = 0; e < 8; e++) la[e] = lb[7 - e] = 1000 + 128 * e, lc[e] = 1448;
+  const int32_t *const large[3] = {la, lb, lc};
+  case_graph("E=8, more tiles than CTAs", 8, large);
   case_args();
   if (hopper_runs && !tall_runs) {
     printf("  FAIL no case took the tall-tile kernels\n");

@@ -432,6 +432,15 @@ static void case_args(void) {
     d.workspace = buf;
     d.workspace_bytes = 4;
     bad += moegen_gemm_dgrad(m, &d, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* too small */
+    d.workspace = (char *)buf + 8;
+    d.workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES;
+    bad += moegen_gemm_dgrad(m, &d, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* misaligned */
+    d.workspace = NULL;
+    d.workspace_bytes = 0;
+    moegen_gemm_glu_args g = {.max_rows = 8, .x = buf, .w = buf, .act = buf, .counts = dc};
+    bad += moegen_gemm1_fwd_glu(m, &g, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* no workspace */
+    moegen_gemm_dglu_args dg = {.max_rows = 8, .dy = buf, .w = buf, .h = buf, .dh = buf, .counts = dc};
+    bad += moegen_gemm2_dgrad_glu(m, &dg, NULL) != MOEGEN_ERR_INVALID_ARGUMENT; /* no workspace */
   }
   d.max_rows = 0;
   bad += moegen_gemm_dgrad(m, &d, NULL) != MOEGEN_OK; /* no-op */
