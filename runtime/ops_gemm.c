@@ -36,20 +36,38 @@ moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id
   return MOEGEN_OK;
 }
 
-moegen_status moegen_gemm_ticket(moegen_module *m, const char *what, void *workspace,
-                                 size_t workspace_bytes, CUstream stream, void **ticket) {
-  *ticket = NULL;
+/* The ticket of a row-tiled call (moegen_gemm_launch). */
+static moegen_status zero_ticket(moegen_module *m, const moegen_gemm_ticket_req *tk, CUstream stream) {
+  *tk->ticket = NULL;
   const size_t need = moegen_gemm_workspace_bytes(moegen_module_image(m));
   if (need == 0) return MOEGEN_OK;
-  if (!workspace || workspace_bytes < need || (uintptr_t)workspace % 16)
+  if (!tk->workspace || tk->workspace_bytes < need || (uintptr_t)tk->workspace % 16)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: workspace (%p, %zu bytes) must be 16-byte aligned and hold "
-                              "the shape's workspace_bytes (%zu)", what, workspace, workspace_bytes,
-                              need);
-  CUresult r = moegen_module_driver(m)->cuMemsetD32Async((CUdeviceptr)(uintptr_t)workspace, 0, 1, stream);
+                              "the shape's workspace_bytes (%zu)", tk->op, tk->workspace,
+                              tk->workspace_bytes, need);
+  CUresult r = moegen_module_driver(m)->cuMemsetD32Async((CUdeviceptr)(uintptr_t)tk->workspace, 0, 1,
+                                                         stream);
   if (r) return moegen_module_cuda_fail(m, r, "gemm: cuMemsetD32Async(workspace ticket)");
-  *ticket = workspace;
+  *tk->ticket = tk->workspace;
   return MOEGEN_OK;
+}
+
+moegen_status moegen_gemm_launch(moegen_module *m, moegen_kernel_id id,
+                                 const moegen_gemm_kernel_plan *p, long long max_tiles, void **params,
+                                 CUstream stream, const char *what, const moegen_gemm_ticket_req *tk) {
+  CUfunction fn;
+  moegen_device_info dev;
+  moegen_status st = moegen_module_kernel(m, id, (unsigned)p->threads, (unsigned)p->smem_bytes, &fn, &dev);
+  if (st != MOEGEN_OK) return st;
+  if (tk && (st = zero_ticket(m, tk, stream)) != MOEGEN_OK) return st;
+  long long grid = (long long)dev.sm_count * dev.blocks_per_sm; /* one CTA per SM, persistent */
+  if (grid > max_tiles) grid = max_tiles;
+  if (grid < 1) grid = 1;
+  CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, (unsigned)grid, 1, 1, (unsigned)p->threads,
+                                                       1, 1, (unsigned)p->smem_bytes, stream, params,
+                                                       NULL);
+  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
 }
 
 /* Cheap metadata checks; the counts stay on the device (no value checks). */
@@ -99,26 +117,13 @@ moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, C
                                 "gemm_fwd: cuTensorMapEncodeTiled(w)");
   if (st != MOEGEN_OK) return st;
 
-  CUfunction fn;
-  moegen_device_info dev;
-  st = moegen_module_kernel(m, id, (unsigned)p->threads, (unsigned)p->smem_bytes, &fn, &dev);
-  if (st != MOEGEN_OK) return st;
-  /* One CTA per SM, capped by the most tiles the rows could make. */
+  /* The most tiles the rows could make (caps the persistent grid). */
   long long max_tiles = ((a->max_rows + p->bm - 1) / p->bm + (long long)E) * ((p->n + p->bn - 1) / p->bn);
-  long long grid = (long long)dev.sm_count * dev.blocks_per_sm;
-  if (grid > max_tiles) grid = max_tiles;
   int max_rows = (int)a->max_rows;
-  void *y = a->y, *ticket;
+  void *y = a->y, *ticket = NULL;
   const int32_t *counts = a->counts, *offsets = a->offsets;
-  st = moegen_gemm_ticket(m, "gemm_fwd", a->workspace, a->workspace_bytes, stream, &ticket);
-  if (st != MOEGEN_OK) return st;
-  /* The portable kernel takes no ticket: cuLaunchKernel reads only the
-   * parameters the kernel declares. */
   void *params[] = {moegen_gemm_operand_param(m, &mx), moegen_gemm_operand_param(m, &mw),
                     &y, &counts, &offsets, &max_rows, &ticket};
-  CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, (unsigned)grid, 1, 1, (unsigned)p->threads,
-                                                       1, 1, (unsigned)p->smem_bytes, stream, params,
-                                                       NULL);
-  if (r) return moegen_module_cuda_fail(m, r, "gemm_fwd: cuLaunchKernel");
-  return MOEGEN_OK;
+  const moegen_gemm_ticket_req tk = {"gemm_fwd", a->workspace, a->workspace_bytes, &ticket};
+  return moegen_gemm_launch(m, id, p, max_tiles, params, stream, "gemm_fwd: cuLaunchKernel", &tk);
 }

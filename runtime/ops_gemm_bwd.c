@@ -76,37 +76,6 @@ static moegen_status check_ptrs(moegen_module *m, const char *what, const void *
   return MOEGEN_OK;
 }
 
-/* A row-tiled op's tile ticket: the caller's workspace, and where its
- * address goes (the kernel parameter). */
-typedef struct ticket_req {
-  const char *op; /* names the op in messages */
-  void *workspace;
-  size_t workspace_bytes;
-  void **ticket;
-} ticket_req;
-
-/* Loads kernel `id`, zeroes the ticket of `tk` (NULL: wgrad, none) and
- * launches the kernel on min(resident CTAs, tiles) CTAs: nothing is
- * enqueued unless the kernel is there. */
-static moegen_status launch(moegen_module *m, moegen_kernel_id id, const moegen_gemm_kernel_plan *p,
-                            long long max_tiles, void **params, CUstream stream, const char *what,
-                            const ticket_req *tk) {
-  CUfunction fn;
-  moegen_device_info dev;
-  moegen_status st = moegen_module_kernel(m, id, (unsigned)p->threads, (unsigned)p->smem_bytes, &fn, &dev);
-  if (st != MOEGEN_OK) return st;
-  if (tk && (st = moegen_gemm_ticket(m, tk->op, tk->workspace, tk->workspace_bytes, stream,
-                                     tk->ticket)) != MOEGEN_OK)
-    return st;
-  long long grid = (long long)dev.sm_count * dev.blocks_per_sm;
-  if (grid > max_tiles) grid = max_tiles;
-  if (grid < 1) grid = 1;
-  CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, (unsigned)grid, 1, 1, (unsigned)p->threads,
-                                                       1, 1, (unsigned)p->smem_bytes, stream, params,
-                                                       NULL);
-  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
-}
-
 moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *a,
                                 CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
@@ -138,8 +107,8 @@ moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *
   const int32_t *counts = a->counts, *offsets = a->offsets;
   void *params[] = {moegen_gemm_operand_param(m, &mdy), moegen_gemm_operand_param(m, &mw),
                     &dx, &counts, &offsets, &max_rows, &ticket}; /* portable: no ticket (ignored) */
-  const ticket_req tk = {"gemm_dgrad", a->workspace, a->workspace_bytes, &ticket};
-  return launch(m, id, p, max_tiles, params, stream, "gemm_dgrad: cuLaunchKernel", &tk);
+  const moegen_gemm_ticket_req tk = {"gemm_dgrad", a->workspace, a->workspace_bytes, &ticket};
+  return moegen_gemm_launch(m, id, p, max_tiles, params, stream, "gemm_dgrad: cuLaunchKernel", &tk);
 }
 
 moegen_status moegen_gemm_wgrad(moegen_module *m, const moegen_gemm_wgrad_args *a,
@@ -179,7 +148,7 @@ moegen_status moegen_gemm_wgrad(moegen_module *m, const moegen_gemm_wgrad_args *
   const int32_t *counts = a->counts, *offsets = a->offsets;
   void *params[] = {moegen_gemm_operand_param(m, &mdy), moegen_gemm_operand_param(m, &mx),
                     &dw, &db, &counts, &offsets, &max_rows, &accumulate};
-  return launch(m, a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_WGRAD : MOEGEN_KERNEL_GEMM2_WGRAD,
+  return moegen_gemm_launch(m, a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_WGRAD : MOEGEN_KERNEL_GEMM2_WGRAD,
                 p, max_tiles, params, stream, "gemm_wgrad: cuLaunchKernel", NULL);
 }
 
@@ -214,8 +183,8 @@ moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args 
   const int32_t *counts = a->counts, *offsets = a->offsets;
   void *params[] = {moegen_gemm_operand_param(m, &mx), moegen_gemm_operand_param(m, &mw),
                     &act, &h, &bias, &prob, &counts, &offsets, &max_rows, &ticket}; /* portable: no ticket */
-  const ticket_req tk = {"gemm1_fwd_glu", a->workspace, a->workspace_bytes, &ticket};
-  return launch(m, id, p, max_tiles, params, stream, "gemm1_fwd_glu: cuLaunchKernel", &tk);
+  const moegen_gemm_ticket_req tk = {"gemm1_fwd_glu", a->workspace, a->workspace_bytes, &ticket};
+  return moegen_gemm_launch(m, id, p, max_tiles, params, stream, "gemm1_fwd_glu: cuLaunchKernel", &tk);
 }
 
 moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_args *a,
@@ -250,6 +219,6 @@ moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_ar
   void *ticket = NULL;
   void *params[] = {moegen_gemm_operand_param(m, &mdy), moegen_gemm_operand_param(m, &mw),
                     &dh, &h, &prob, &dprob, &counts, &offsets, &max_rows, &ticket}; /* portable: no ticket */
-  const ticket_req tk = {"gemm2_dgrad_glu", a->workspace, a->workspace_bytes, &ticket};
-  return launch(m, id, p, max_tiles, params, stream, "gemm2_dgrad_glu: cuLaunchKernel", &tk);
+  const moegen_gemm_ticket_req tk = {"gemm2_dgrad_glu", a->workspace, a->workspace_bytes, &ticket};
+  return moegen_gemm_launch(m, id, p, max_tiles, params, stream, "gemm2_dgrad_glu: cuLaunchKernel", &tk);
 }

@@ -473,8 +473,7 @@ typedef struct moegen_gemm_fwd_args {
  * their contents). On sm_90a a memset node (the workspace's tile ticket)
  * and one kernel on `stream` (its two TMA descriptors are encoded on the
  * host, no GPU work); on the portable path one kernel; no host sync,
- * graph-capturable. NOT_SUPPORTED as for the shape
- * function. With gemm.tall_rows_per_expert > 0 and max_rows >=
+ * graph-capturable. NOT_SUPPORTED as for the shape function. With gemm.tall_rows_per_expert > 0 and max_rows >=
  * gemm.tall_rows_per_expert * E it runs the tall-tile kernel
  * (gemm.gemm1_tall / gemm2_tall), else the 128-row one. */
 moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *args,
@@ -598,7 +597,8 @@ typedef struct moegen_gemm_dglu_args {
  * expert rows (below max_rows) of dh; adds into the expert rows of dprob
  * (fp32 atomics, one per row and column tile: the summation order, and so
  * the last bits of dprob, may vary run to run); clobbers the workspace. A
- * memset node (sm_90a) and one kernel, no host sync, graph-capturable. Tall tiles as for moegen_gemm_fwd (gemm.gemm2_dgrad_tall). */
+ * memset node (sm_90a) and one kernel, no host sync, graph-capturable. Tall
+ * tiles as for moegen_gemm_fwd (gemm.gemm2_dgrad_tall). */
 moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_args *args,
                                      CUstream stream);
 

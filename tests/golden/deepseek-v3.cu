@@ -2284,13 +2284,7 @@ __device__ __forceinline__ int lds_u32(u32 addr) {
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
-// (%nctaid.x is read at the call: kept live over the producer's loop,
-// gridDim.x cost a register the producer's small budget did not have.)
-__device__ __forceinline__ int next_tile(int *tickets) {
-  int grid;
-  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));
-  return atomicAdd(tickets, 1) + grid;
-}
+__device__ __forceinline__ int next_tile(int *tickets) { return atomicAdd(tickets, 1) + gridDim.x; }
 // Producer, before a tile's first load into stage s: its id t (the loads
 // wait on the free stage again; t is dead during them).
 template <int STAGES>
@@ -2411,8 +2405,8 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     int s = 0;
     u32 ph = 0;
     const u32 ids = bars - TABLE_BYTES + IDS_OFFSET;
-    // (the tile count ts[E] * NT is re-read each tile: one register fewer over the loop)
-    for (int t = blockIdx.x; t < lds_u32(bars - TABLE_BYTES + 4 * E) * NT; t = next_tile(tickets)) {
+    const int total = ts[E] * NT;
+    for (int t = blockIdx.x; t < total; t = next_tile(tickets)) {
       const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
       post_tile<STAGES>(bars, ids, s, ph, t);
       for (int kb = 0; kb < KT; kb++) { // rows of a loaded box past the expert: loaded, not stored
@@ -2854,9 +2848,8 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
     int s = 0;
     u32 ph = 0;
     const u32 ids = bars - (TABLE_BYTES + EXTRA) + ggemm::IDS_OFFSET;
-    // (the tile count is re-read from shared memory each tile: one register fewer over the loop)
-    for (int t = blockIdx.x; t < (MODE == WGRAD ? E * MT * CT : ggemm::lds_u32(bars - (TABLE_BYTES + EXTRA) + 4 * E) * CT);
-         t = TICKETS ? ggemm::next_tile(tickets) : t + gridDim.x) {
+    const int total = MODE == WGRAD ? E * MT * CT : ts[E] * CT;
+    for (int t = blockIdx.x; t < total; t = TICKETS ? ggemm::next_tile(tickets) : t + gridDim.x) {
       if (MODE == WGRAD) {
         const ggemm::WTile w = ggemm::wdecode<N, K, BM, BN>(t, rs);
         // Rows past the expert's end are loaded and zeroed by the consumers.
