@@ -1784,14 +1784,44 @@ struct Tile {
   int n0;   // first column
 };
 
+// The column-group width of decode for an expert of mt row tiles in a
+// row-tiled kernel of NT column tiles whose tiles load TBM rows of A and BB
+// rows of B per k step. Model: tiles started within WINDOW tickets of each
+// other share what they load in L2, farther ones do not; with groups of g
+// column tiles the expert reads its A row tiles ceil(NT / g) times and its
+// B strips ceil(mt g / WINDOW) times; g is the power of two <= min(NT,
+// WINDOW) with the fewest bytes (TBM mt ceil(NT / g) + BB NT ceil(mt g /
+// WINDOW), times K * 2). Below MIN_MT row tiles the order stays M-fastest
+// (g = 1): there the model was wrong on an H100 (bench/RESULTS.md run 20:
+// with g from the mean of the call's experts, every g > 1 it picked at a
+// mean <= 2 was 0-9% slower; DeepSeek-V3 gemm1 at T = 16384 read 25 GB of
+// DRAM against 24: an expert's few tiles already share its A row tiles in
+// L2); at a mean >= 4 it gained up to 25% (Mixtral gemm2 at T = 16384: DRAM
+// 26 -> 10 GB, 8.0 -> 6.0 ms). From the expert's own mt, not the mean, so
+// that skewed routing groups only its big experts' tiles.
+template <int NT, int TBM, int BB>
+__device__ __forceinline__ int group_cols(int mt) {
+  constexpr int WINDOW = 16, MIN_MT = 4;
+  if (mt < MIN_MT) return 1;
+  int best = 1;
+  long long best_cost = 0;
+  for (int g = 1; g <= NT && g <= WINDOW; g *= 2) {
+    const long long cost = (long long)TBM * mt * ((NT + g - 1) / g) +
+                           (long long)BB * NT * ((mt * g + WINDOW - 1) / WINDOW);
+    if (g == 1 || cost < best_cost) best = g, best_cost = cost;
+  }
+  return best;
+}
+
 // Tile t of the space whose expert e spans tiles [ts[e] * NT, ts[e+1] * NT),
-// tiles of TBM rows and BN columns: experts in order; within an expert,
-// groups of gn column tiles (the last one may be narrower), each group's
-// tiles row tile by row tile, its gn column tiles fastest. gn = 1: M tiles
+// tiles of TBM rows and BN columns (BB rows of B a k step: group_cols):
+// experts in order; within an expert, groups of gn = group_cols(its row
+// tiles) column tiles (the last group may be narrower), each group's tiles
+// row tile by row tile, its gn column tiles fastest. gn = 1: M tiles
 // fastest (the CTAs that run together share a weight strip); gn = NT: N
-// tiles fastest (they share an X row tile). group_cols picks gn.
-template <int NT, int BN, int TBM>
-__device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs, int gn = 1) {
+// tiles fastest (they share an X row tile).
+template <int NT, int BN, int TBM, int BB>
+__device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
   const int q = t / NT; // M-tile index over all experts
   int lo = 0, hi = E - 1; // last e with ts[e] <= q: the one with tiles (ts[e+1] > q)
   while (lo < hi) {
@@ -1799,7 +1829,7 @@ __device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs, int 
     if (ts[mid] <= q) lo = mid;
     else hi = mid - 1;
   }
-  const int mt = ts[lo + 1] - ts[lo], local = t - ts[lo] * NT;
+  const int mt = ts[lo + 1] - ts[lo], local = t - ts[lo] * NT, gn = group_cols<NT, TBM, BB>(mt);
   const int g = local / (mt * gn), w = local - g * mt * gn; // group, place in it
   const int gw = min(gn, NT - g * gn);                       // the group's column tiles
   const int m = w / gw;
@@ -1810,36 +1840,6 @@ __device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs, int 
   tl.m0 = m * TBM;
   tl.n0 = (g * gn + w - m * gw) * BN;
   return tl;
-}
-
-// The column-group width of decode for a row-tiled kernel whose tiles load
-// TBM rows of A and BB rows of B per k step, from the mean row tiles an
-// expert mt = ts[E] / E (every thread computes the same value). Model: tiles
-// started within WINDOW tickets of each other share what they load in L2,
-// farther ones do not; with groups of g column tiles an expert reads its A
-// row tiles ceil(NT / g) times and its B strips ceil(mt g / WINDOW) times;
-// g is the power of two <= min(NT, WINDOW) with the fewest bytes
-// (TBM mt ceil(NT / g) + BB NT ceil(mt g / WINDOW), times K * 2).
-// Below MIN_MT row tiles an expert the order stays M-fastest (gn = 1):
-// there the model was wrong on an H100 (bench/RESULTS.md run 20: every gn > 1
-// it picked at mt <= 2 was 0-9% slower; DeepSeek-V3 gemm1 at T = 16384 read
-// 25 GB of DRAM against 24: an expert's few tiles already share its A row
-// tiles in L2, and the experts with a tile more than the floored mean lose
-// their B sharing); at mt >= 4 it gained up to 25% (Mixtral gemm2 at T =
-// 16384: DRAM 26 -> 10 GB, 8.0 -> 6.0 ms).
-template <int NT, int TBM, int BB>
-__device__ __forceinline__ int group_cols(const int *ts) {
-  constexpr int WINDOW = 16, MIN_MT = 4;
-  const int mt = max(1, ts[E] / E);
-  if (mt < MIN_MT) return 1;
-  int best = 1;
-  long long best_cost = 0;
-  for (int g = 1; g <= NT && g <= WINDOW; g *= 2) {
-    const long long cost = (long long)TBM * mt * ((NT + g - 1) / g) +
-                           (long long)BB * NT * ((mt * g + WINDOW - 1) / WINDOW);
-    if (g == 1 || cost < best_cost) best = g, best_cost = cost;
-  }
-  return best;
 }
 
 // rs[0..E] (row starts: offsets as given, else the exclusive prefix of the
@@ -2431,7 +2431,6 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
   }
   __syncthreads();
   const int wg = tid / 128;
-  const int gn = group_cols<NT, TBM, BN>(ts); // decode's column-group width
 
   if (wg == 0) { // ---------------- producer: one thread issues every load
     setmaxnreg_dec<PRODUCER_REGS>();
@@ -2443,7 +2442,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     const u32 ids = bars - TABLE_BYTES + IDS_OFFSET;
     const int total = ts[E] * NT;
     for (int t = blockIdx.x; t < total; t = next_tile(tickets)) {
-      const Tile tl = decode<NT, BN, TBM>(t, ts, rs, gn);
+      const Tile tl = decode<NT, BN, TBM, BN>(t, ts, rs);
       post_tile<STAGES>(bars, ids, s, ph, t);
       for (int kb = 0; kb < KT; kb++) { // rows of a loaded box past the expert: loaded, not stored
         const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
@@ -2466,7 +2465,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
   for (;;) {
     const int t = wait_tile(bars, bars - TABLE_BYTES + IDS_OFFSET, s, ph);
     if (t < 0) break;
-    const Tile tl = decode<NT, BN, TBM>(t, ts, rs, gn);
+    const Tile tl = decode<NT, BN, TBM, BN>(t, ts, rs);
     const Rows cr = consumer_rows<TBM>(tl.rows - tl.m0, c);
     if (cr.left <= 0) {
       skip_stages<STAGES>(bars, KT, lane, s, ph);
@@ -2874,7 +2873,6 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   }
   __syncthreads();
   const int wg = tid / 128;
-  const int gn = MODE == WGRAD ? 1 : ggemm::group_cols<CT, TBM, BN>(ts); // decode's column groups
 
   if (wg == 0) { // ---------------- producer: one thread issues every load
     setmaxnreg_dec<ggemm::PRODUCER_REGS>();
@@ -2905,7 +2903,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
         }
       } else {
         constexpr int TW = MODE == GLU ? BN / 2 : BN; // output columns per tile
-        const ggemm::Tile tl = ggemm::decode<CT, TW, TBM>(t, ts, rs, gn);
+        const ggemm::Tile tl = ggemm::decode<CT, TW, TBM, BN>(t, ts, rs);
         ggemm::post_tile<STAGES>(bars, ids, s, ph, t);
         for (int kb = 0; kb < KT; kb++) { // rows of a loaded box past the expert: loaded, not stored
           const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
@@ -2948,7 +2946,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
       kt = (rows + BK - 1) / BK;
       tile_rows = BM; // every dW row of the tile is computed (masked to N at the store)
     } else {
-      const ggemm::Tile tl = ggemm::decode<CT, MODE == GLU ? BN / 2 : BN, TBM>(t, ts, rs, gn);
+      const ggemm::Tile tl = ggemm::decode<CT, MODE == GLU ? BN / 2 : BN, TBM, BN>(t, ts, rs);
       e = tl.e, row0 = tl.row0, rows = tl.rows, m0 = tl.m0, n0 = tl.n0;
       kt = KT;
       tile_rows = rows - m0;
