@@ -41,10 +41,43 @@ struct Tile {
   int n0;   // first column
 };
 
+// The column-group width of decode for an expert of mt row tiles in a
+// row-tiled kernel of NT column tiles whose tiles load TBM rows of A and BB
+// rows of B per k step. Model: tiles started within WINDOW tickets of each
+// other share what they load in L2, farther ones do not; with groups of g
+// column tiles the expert reads its A row tiles ceil(NT / g) times and its
+// B strips ceil(mt g / WINDOW) times; g is the power of two <= min(NT,
+// WINDOW) with the fewest bytes (TBM mt ceil(NT / g) + BB NT ceil(mt g /
+// WINDOW), times K * 2). Below MIN_MT row tiles the order stays M-fastest
+// (g = 1): there the model was wrong on an H100 (bench/RESULTS.md run 20:
+// with g from the mean of the call's experts, every g > 1 it picked at a
+// mean <= 2 was 0-9% slower; DeepSeek-V3 gemm1 at T = 16384 read 25 GB of
+// DRAM against 24: an expert's few tiles already share its A row tiles in
+// L2); at a mean >= 4 it gained up to 25% (Mixtral gemm2 at T = 16384: DRAM
+// 26 -> 10 GB, 8.0 -> 6.0 ms). From the expert's own mt, not the mean, so
+// that skewed routing groups only its big experts' tiles.
+template <int NT, int TBM, int BB>
+__device__ __forceinline__ int group_cols(int mt) {
+  constexpr int WINDOW = 16, MIN_MT = 4;
+  if (mt < MIN_MT) return 1;
+  int best = 1;
+  long long best_cost = 0;
+  for (int g = 1; g <= NT && g <= WINDOW; g *= 2) {
+    const long long cost = (long long)TBM * mt * ((NT + g - 1) / g) +
+                           (long long)BB * NT * ((mt * g + WINDOW - 1) / WINDOW);
+    if (g == 1 || cost < best_cost) best = g, best_cost = cost;
+  }
+  return best;
+}
+
 // Tile t of the space whose expert e spans tiles [ts[e] * NT, ts[e+1] * NT),
-// tiles of TBM rows and BN columns: experts in order, then N tiles, then M
-// tiles (M fastest, so CTAs that run together share a weight tile).
-template <int NT, int BN, int TBM>
+// tiles of TBM rows and BN columns (BB rows of B a k step: group_cols):
+// experts in order; within an expert, groups of gn = group_cols(its row
+// tiles) column tiles (the last group may be narrower), each group's tiles
+// row tile by row tile, its gn column tiles fastest. gn = 1: M tiles
+// fastest (the CTAs that run together share a weight strip); gn = NT: N
+// tiles fastest (they share an X row tile).
+template <int NT, int BN, int TBM, int BB>
 __device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
   const int q = t / NT; // M-tile index over all experts
   int lo = 0, hi = E - 1; // last e with ts[e] <= q: the one with tiles (ts[e+1] > q)
@@ -53,14 +86,16 @@ __device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
     if (ts[mid] <= q) lo = mid;
     else hi = mid - 1;
   }
-  const int mt = ts[lo + 1] - ts[lo], local = t - ts[lo] * NT;
-  const int n = local / mt;
+  const int mt = ts[lo + 1] - ts[lo], local = t - ts[lo] * NT, gn = group_cols<NT, TBM, BB>(mt);
+  const int g = local / (mt * gn), w = local - g * mt * gn; // group, place in it
+  const int gw = min(gn, NT - g * gn);                       // the group's column tiles
+  const int m = w / gw;
   Tile tl;
   tl.e = lo;
   tl.row0 = rs[lo];
   tl.rows = rs[lo + 1] - rs[lo];
-  tl.m0 = (local - n * mt) * TBM;
-  tl.n0 = n * BN;
+  tl.m0 = m * TBM;
+  tl.n0 = (g * gn + w - m * gw) * BN;
   return tl;
 }
 

@@ -1734,8 +1734,8 @@ template <int R> __device__ __forceinline__ void setmaxnreg_inc() {
 //   moegen_gemm1_fwd_tall: N = 4096, K = 7168, tile 256x192x64, 3 stages, 175296 B smem
 //   moegen_gemm2_fwd_tall: N = 7168, K = 2048, tile 256x128x64, 4 stages, 199888 B smem
 // Persistent CTAs (one per SM) take tiles of the global tile index space
-// (experts in order; per expert N tiles, each of ceil(m_e / TBM) M tiles, M
-// fastest) in ticket order (next_tile);
+// (experts in order; per expert ceil(m_e / TBM) M tiles x N tiles, in
+// groups of gn column tiles: decode, group_cols) in ticket order (next_tile);
 // warpgroup 0 is the TMA producer, warpgroups 1 and 2 the wgmma consumers
 // of rows [0, TBM/2) and [TBM/2, TBM) of a tile, in m64 sub-blocks.
 namespace ggemm {
@@ -1784,10 +1784,43 @@ struct Tile {
   int n0;   // first column
 };
 
+// The column-group width of decode for an expert of mt row tiles in a
+// row-tiled kernel of NT column tiles whose tiles load TBM rows of A and BB
+// rows of B per k step. Model: tiles started within WINDOW tickets of each
+// other share what they load in L2, farther ones do not; with groups of g
+// column tiles the expert reads its A row tiles ceil(NT / g) times and its
+// B strips ceil(mt g / WINDOW) times; g is the power of two <= min(NT,
+// WINDOW) with the fewest bytes (TBM mt ceil(NT / g) + BB NT ceil(mt g /
+// WINDOW), times K * 2). Below MIN_MT row tiles the order stays M-fastest
+// (g = 1): there the model was wrong on an H100 (bench/RESULTS.md run 20:
+// with g from the mean of the call's experts, every g > 1 it picked at a
+// mean <= 2 was 0-9% slower; DeepSeek-V3 gemm1 at T = 16384 read 25 GB of
+// DRAM against 24: an expert's few tiles already share its A row tiles in
+// L2); at a mean >= 4 it gained up to 25% (Mixtral gemm2 at T = 16384: DRAM
+// 26 -> 10 GB, 8.0 -> 6.0 ms). From the expert's own mt, not the mean, so
+// that skewed routing groups only its big experts' tiles.
+template <int NT, int TBM, int BB>
+__device__ __forceinline__ int group_cols(int mt) {
+  constexpr int WINDOW = 16, MIN_MT = 4;
+  if (mt < MIN_MT) return 1;
+  int best = 1;
+  long long best_cost = 0;
+  for (int g = 1; g <= NT && g <= WINDOW; g *= 2) {
+    const long long cost = (long long)TBM * mt * ((NT + g - 1) / g) +
+                           (long long)BB * NT * ((mt * g + WINDOW - 1) / WINDOW);
+    if (g == 1 || cost < best_cost) best = g, best_cost = cost;
+  }
+  return best;
+}
+
 // Tile t of the space whose expert e spans tiles [ts[e] * NT, ts[e+1] * NT),
-// tiles of TBM rows and BN columns: experts in order, then N tiles, then M
-// tiles (M fastest, so CTAs that run together share a weight tile).
-template <int NT, int BN, int TBM>
+// tiles of TBM rows and BN columns (BB rows of B a k step: group_cols):
+// experts in order; within an expert, groups of gn = group_cols(its row
+// tiles) column tiles (the last group may be narrower), each group's tiles
+// row tile by row tile, its gn column tiles fastest. gn = 1: M tiles
+// fastest (the CTAs that run together share a weight strip); gn = NT: N
+// tiles fastest (they share an X row tile).
+template <int NT, int BN, int TBM, int BB>
 __device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
   const int q = t / NT; // M-tile index over all experts
   int lo = 0, hi = E - 1; // last e with ts[e] <= q: the one with tiles (ts[e+1] > q)
@@ -1796,14 +1829,16 @@ __device__ __forceinline__ Tile decode(int t, const int *ts, const int *rs) {
     if (ts[mid] <= q) lo = mid;
     else hi = mid - 1;
   }
-  const int mt = ts[lo + 1] - ts[lo], local = t - ts[lo] * NT;
-  const int n = local / mt;
+  const int mt = ts[lo + 1] - ts[lo], local = t - ts[lo] * NT, gn = group_cols<NT, TBM, BB>(mt);
+  const int g = local / (mt * gn), w = local - g * mt * gn; // group, place in it
+  const int gw = min(gn, NT - g * gn);                       // the group's column tiles
+  const int m = w / gw;
   Tile tl;
   tl.e = lo;
   tl.row0 = rs[lo];
   tl.rows = rs[lo + 1] - rs[lo];
-  tl.m0 = (local - n * mt) * TBM;
-  tl.n0 = n * BN;
+  tl.m0 = m * TBM;
+  tl.n0 = (g * gn + w - m * gw) * BN;
   return tl;
 }
 
@@ -2196,7 +2231,7 @@ template <> struct Wgmma<128> {
 // L2 priorities of a row-tiled kernel's two TMA operands: A the TBM-row
 // tiles (X or dY, R-deep), B the BN-column strips of W_e (R-deep). About
 // gridDim.x consecutive tiles run at once, M-tiles fastest within an expert
-// (decode), so they share wa = max(grid / CT, min(mt, grid)) + 2 row tiles
+// (decode with gn = 1, the case this sizes for), so they share wa = max(grid / CT, min(mt, grid)) + 2 row tiles
 // of A and wb = grid / mt + 2 strips of B (mt: mean M-tiles per expert,
 // rounded down; CT: column tiles). Without hints, the CTAs sharing an A
 // tile drift apart by more than the L2's lifetime and each reads it from
@@ -2262,8 +2297,8 @@ __device__ __forceinline__ void consume_stages(u32 bars, int kt, int lane, int &
 // ---- tile order of the row-tiled kernels: tickets
 // A CTA's first tile is blockIdx.x, each later one atomicAdd(tickets, 1) +
 // gridDim.x (tickets: the caller's workspace int, zeroed before the launch),
-// so tiles that share operands (M-fastest numbering: the M tiles of one
-// weight strip; an expert's N tiles of one row tile) start close in time
+// so tiles that share operands (decode's numbering: the M tiles of one
+// weight strip; a group's column tiles of one row tile) start close in time
 // and meet in L2. A static t += gridDim.x lets CTAs drift apart (tiles of
 // unequal cost: ragged last row tiles, narrow last column tiles) until
 // the sharers no longer meet: ncu on an H100 (bench/RESULTS.md run 19),
@@ -2407,7 +2442,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
     const u32 ids = bars - TABLE_BYTES + IDS_OFFSET;
     const int total = ts[E] * NT;
     for (int t = blockIdx.x; t < total; t = next_tile(tickets)) {
-      const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
+      const Tile tl = decode<NT, BN, TBM, BN>(t, ts, rs);
       post_tile<STAGES>(bars, ids, s, ph, t);
       for (int kb = 0; kb < KT; kb++) { // rows of a loaded box past the expert: loaded, not stored
         const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
@@ -2430,7 +2465,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
   for (;;) {
     const int t = wait_tile(bars, bars - TABLE_BYTES + IDS_OFFSET, s, ph);
     if (t < 0) break;
-    const Tile tl = decode<NT, BN, TBM>(t, ts, rs);
+    const Tile tl = decode<NT, BN, TBM, BN>(t, ts, rs);
     const Rows cr = consumer_rows<TBM>(tl.rows - tl.m0, c);
     if (cr.left <= 0) {
       skip_stages<STAGES>(bars, KT, lane, s, ph);
@@ -2868,7 +2903,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
         }
       } else {
         constexpr int TW = MODE == GLU ? BN / 2 : BN; // output columns per tile
-        const ggemm::Tile tl = ggemm::decode<CT, TW, TBM>(t, ts, rs);
+        const ggemm::Tile tl = ggemm::decode<CT, TW, TBM, BN>(t, ts, rs);
         ggemm::post_tile<STAGES>(bars, ids, s, ph, t);
         for (int kb = 0; kb < KT; kb++) { // rows of a loaded box past the expert: loaded, not stored
           const u32 full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
@@ -2911,7 +2946,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
       kt = (rows + BK - 1) / BK;
       tile_rows = BM; // every dW row of the tile is computed (masked to N at the store)
     } else {
-      const ggemm::Tile tl = ggemm::decode<CT, MODE == GLU ? BN / 2 : BN, TBM>(t, ts, rs);
+      const ggemm::Tile tl = ggemm::decode<CT, MODE == GLU ? BN / 2 : BN, TBM, BN>(t, ts, rs);
       e = tl.e, row0 = tl.row0, rows = tl.rows, m0 = tl.m0, n0 = tl.n0;
       kt = KT;
       tile_rows = rows - m0;
