@@ -1,7 +1,8 @@
 # CPU emulation of the generated router kernels (tests/emu): for each spec of
 # tests/gpu/router_specs.h, emit_kernel renders its kernel source as host
 # C++, and test_router_emu_N runs it on 32 host threads a warp against the
-# CPU reference. Needs a C++20 compiler (std::barrier); skipped without one.
+# CPU reference; test_gemm_decode runs the GEMMs' tile-space code the same
+# way. Needs a C++20 compiler (std::barrier); skipped without one.
 include(CheckLanguage)
 check_language(CXX)
 if(CMAKE_CXX_COMPILER)
@@ -29,6 +30,14 @@ if(CMAKE_CXX_COMPILER)
     add_test(NAME test_router_emu_${i} COMMAND test_router_emu_${i} ${i})
     set_tests_properties(test_router_emu_${i} PROPERTIES LABELS "unit;emu" TIMEOUT 300)
   endforeach()
+  # The GEMM tile space (tables, decode, column groups) on one emulated warp.
+  moegen_add_test(test_gemm_decode SOURCES emu/test_gemm_decode.cpp LABELS unit emu)
+  set_target_properties(test_gemm_decode PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
+  target_compile_options(test_gemm_decode PRIVATE -Wno-unknown-pragmas -Wno-uninitialized
+    -Wno-maybe-uninitialized) # kernel text written for nvcc
+  target_include_directories(test_gemm_decode PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/emu
+    ${CMAKE_SOURCE_DIR}/templates ${CMAKE_SOURCE_DIR}/tests/ref)
+  target_link_libraries(test_gemm_decode PRIVATE Threads::Threads)
 else()
-  message(STATUS "no C++ compiler: the router warp-emulation tests are not built")
+  message(STATUS "no C++ compiler: the router and GEMM warp-emulation tests are not built")
 endif()
