@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <thread>
 #include <vector>
 
 #include "warp_emu.h"
@@ -73,15 +72,7 @@ template <int TBM>
 static void tables(const int *counts, const int *offsets, std::vector<int> &ts, std::vector<int> &rs) {
   int *t = reinterpret_cast<int *>(emu_smem), *r = t + (E + 1), *scratch = r + (E + 1);
   std::memset(emu_smem, 0xff, 8 * (E + 1) + 4 * 32);
-  std::barrier<> warp(32);
-  emu_warp = &warp;
-  std::vector<std::thread> lanes;
-  for (unsigned l = 0; l < 32; l++)
-    lanes.emplace_back([&, l] {
-      threadIdx = {l, 0, 0};
-      ggemm::build_tables<32, TBM>(counts, offsets, t, r, scratch);
-    });
-  for (auto &th : lanes) th.join();
+  emu_run_warp([&] { ggemm::build_tables<32, TBM>(counts, offsets, t, r, scratch); });
   ts.assign(t, t + E + 1);
   rs.assign(r, r + E + 1);
 }

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -49,15 +48,7 @@ template <class Out> static void launch(void (*kernel)(Out, int, int, int), cons
   for (int b = 0; b < blocks; b++) {
     blockIdx = {(unsigned)b, 0, 0};
     gridDim = {(unsigned)blocks, 1, 1};
-    std::barrier<> warp(32);
-    emu_warp = &warp;
-    std::vector<std::thread> lanes;
-    for (unsigned l = 0; l < 32; l++)
-      lanes.emplace_back([&, l] {
-        threadIdx = {l, 0, 0};
-        kernel(o, T, index_dtype, 37);
-      });
-    for (auto &t : lanes) t.join();
+    emu_run_warp([&] { kernel(o, T, index_dtype, 37); });
   }
 }
 

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 #include "half.h"
 
@@ -34,6 +36,20 @@ extern unsigned long long emu_slots[32];  /* one exchange slot per lane */
 extern unsigned char emu_smem[1 << 20];   /* the block's dynamic shared memory */
 
 static inline int emu_lane() { return (int)(threadIdx.x & 31); }
+
+/* Runs body() once on each of the 32 lanes of one warp (threadIdx.x =
+ * lane, a std::thread each) and returns when all are done. */
+template <class F> static inline void emu_run_warp(F &&body) {
+  std::barrier<> warp(32);
+  emu_warp = &warp;
+  std::vector<std::thread> lanes;
+  for (unsigned l = 0; l < 32; l++)
+    lanes.emplace_back([&, l] {
+      threadIdx = {l, 0, 0};
+      body();
+    });
+  for (auto &t : lanes) t.join();
+}
 
 /* Every lane posts v, all meet, each reads lane src's value, all meet again. */
 template <class T> static inline T emu_exchange(int src, T v) {
