@@ -14,9 +14,12 @@
  * loop of tests/gpu/cublaslt.h, checked the same way).
  *
  * Usage: moegen-bench [--models a,b] [--tokens 256,4096,16384] [--stages router,...]
- *                     [--arch sm_XY]
+ *                     [--arch sm_XY] [--warm-cache]
  * --arch renders the modules for that arch instead of the device's own
- * (sm_90 on an H200 times the portable mma.sync GEMM).
+ * (sm_90 on an H200 times the portable mma.sync GEMM). --warm-cache (with
+ * --arch; no GPU needed) only compiles the listed models' modules into the
+ * JIT cache ($MOEGEN_CACHE_DIR, ...) and exits: a GPU run with the same
+ * cache directory, moegen and NVRTC versions then compiles nothing.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -150,21 +153,43 @@ static int listed(const char *list, const char *name) {
   return 0;
 }
 
+/* --warm-cache: compiles the listed models' modules for --arch into the JIT
+ * cache (moegen_jit_warm; no GPU needed), so that a run on the GPU machine
+ * with the same cache directory compiles nothing. 0, or 1 on the first error. */
+static int warm_cache(const char *model_list) {
+  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+    if (!listed(model_list, models[i].name)) continue;
+    moegen_config c = bench_config_of(&models[i]);
+    moegen_error err = {0};
+    int compiled = 0;
+    if (moegen_jit_warm(&c, bench_arch, &compiled, &err) != MOEGEN_OK) {
+      fprintf(stderr, "moegen-bench: %s: %s\n", models[i].name, err.msg);
+      return 1;
+    }
+    fprintf(stderr, "moegen-bench: %s for %s: %d units compiled into the cache (0: all were there)\n",
+            models[i].name, bench_arch, compiled);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *model_list = NULL, *token_list = "256,4096,16384", *stage_list = "router";
+  int warm = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--models") && i + 1 < argc) model_list = argv[++i];
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) token_list = argv[++i];
     else if (!strcmp(argv[i], "--stages") && i + 1 < argc) stage_list = argv[++i];
     else if (!strcmp(argv[i], "--arch") && i + 1 < argc) bench_arch = argv[++i];
+    else if (!strcmp(argv[i], "--warm-cache")) warm = 1;
     else {
       fprintf(stderr, "usage: moegen-bench [--models a,b] [--tokens 256,4096] [--stages");
       for (size_t s = 0; s < sizeof stages / sizeof stages[0]; s++)
         fprintf(stderr, "%s%s", s ? "," : " ", stages[s].name);
-      fprintf(stderr, "] [--arch sm_XY]\n");
+      fprintf(stderr, "] [--arch sm_XY] [--warm-cache]\n");
       return 64;
     }
   }
+  if (warm) return warm_cache(model_list);
   gpu_init_or_skip();
   rng_seed();
   void *flush = gpu_alloc(BENCH_FLUSH_BYTES);

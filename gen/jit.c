@@ -4,8 +4,10 @@
 #include <string.h>
 #include <sysexits.h>
 
+#include "cache.h"
 #include "module.h"
 #include "moegen/moegen.h"
+#include "unit.h"
 
 /* The heap image a JIT module owns: the image plus the strings it points to. */
 typedef struct jit_image {
@@ -46,8 +48,9 @@ static moegen_status device_arch(char *arch, size_t size, moegen_error *err) {
   return MOEGEN_OK;
 }
 
-moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_module **out,
-                         moegen_error *err) {
+/* Renders cfg for arch (NULL: the current device's) into a heap image. */
+static moegen_status render_image(const moegen_config *cfg, const char *arch, jit_image **out,
+                                  moegen_error *err) {
   *out = NULL;
   err->code = 0;
   err->msg[0] = 0;
@@ -86,5 +89,60 @@ moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_modu
                             .gemm = src.gemm,
                             .permute = src.permute};
   moegen_sources_free(&src);
+  *out = j;
+  return MOEGEN_OK;
+}
+
+moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_module **out,
+                         moegen_error *err) {
+  *out = NULL;
+  jit_image *j;
+  moegen_status st = render_image(cfg, arch, &j, err);
+  if (st != MOEGEN_OK) return st;
   return moegen_module_create_owned(&j->image, free_jit_image, out);
+}
+
+moegen_status moegen_jit_warm(const moegen_config *cfg, const char *arch, int *compiled,
+                              moegen_error *err) {
+  if (compiled) *compiled = 0;
+  if (!arch) {
+    err->code = EX_USAGE;
+    snprintf(err->msg, sizeof err->msg, "jit_warm: an arch is required (no device is asked)");
+    return MOEGEN_ERR_INVALID_ARGUMENT;
+  }
+  char dir[4096];
+  moegen_cache_dir(dir, sizeof dir);
+  if (!dir[0]) {
+    err->code = EX_USAGE;
+    snprintf(err->msg, sizeof err->msg, "jit_warm: the JIT cache is disabled (MOEGEN_CACHE=0)");
+    return MOEGEN_ERR_INVALID_ARGUMENT;
+  }
+  jit_image *j;
+  moegen_status st = render_image(cfg, arch, &j, err);
+  for (int u = 0; st == MOEGEN_OK && u < MOEGEN_UNIT_COUNT; u++) {
+    if (!(j->image.units >> u & 1u)) continue;
+    unsigned char *cubin;
+    size_t size;
+    char *log;
+    int hit = 0;
+    st = moegen_unit_compile(j->source, j->image.source_size, j->name, j->arch, (moegen_unit)u,
+                             &cubin, &size, &log, &hit);
+    if (st != MOEGEN_OK) {
+      err->code = st == MOEGEN_ERR_NO_NVRTC ? EX_UNAVAILABLE : EX_SOFTWARE;
+      snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s for %s: %s%s%s",
+               moegen_unit_name((moegen_unit)u), j->name, j->arch, moegen_status_string(st),
+               log ? "\n" : "", log ? log : "");
+    } else if (log) { /* compiled, but the cache could not store it */
+      st = MOEGEN_ERR_INVALID_ARGUMENT;
+      err->code = EX_CANTCREAT;
+      snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s: not cached: %s",
+               moegen_unit_name((moegen_unit)u), j->name, log);
+    } else if (compiled && !hit) {
+      ++*compiled;
+    }
+    free(cubin);
+    free(log);
+  }
+  if (j) free_jit_image(&j->image);
+  return st;
 }

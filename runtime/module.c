@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
 #include "module.h"
 #include "unit.h"
 
@@ -270,17 +269,13 @@ static moegen_status setup_device(moegen_module *m, CUdevice d) {
  * once while the lock is held by the thread that started them. */
 static moegen_status compile_unit(moegen_module *m, moegen_unit u) {
   const moegen_image *img = m->image;
-  size_t size;
-  char *text = moegen_unit_source(img->source, img->source_size, u, &size);
-  if (!text) return moegen_module_fail(m, MOEGEN_ERR_OUT_OF_MEMORY, "unit source: out of memory");
-  char name[160];
-  snprintf(name, sizeof name, "%s (%s unit)", img->name, moegen_unit_name(u));
   char *log = NULL;
   int hit;
-  moegen_status st = moegen_cache_compile(text, size, name, img->arch, &m->jit_cubin[u],
-                                          &m->jit_cubin_size[u], &log, &hit);
-  free(text);
-  if (st == MOEGEN_ERR_NO_NVRTC)
+  moegen_status st = moegen_unit_compile(img->source, img->source_size, img->name, img->arch, u,
+                                         &m->jit_cubin[u], &m->jit_cubin_size[u], &log, &hit);
+  if (st == MOEGEN_ERR_OUT_OF_MEMORY)
+    moegen_module_fail(m, st, "unit source: out of memory");
+  else if (st == MOEGEN_ERR_NO_NVRTC)
     moegen_module_fail(m, st, "module %s is a JIT image and needs NVRTC: %s", img->name,
                        log ? log : "");
   else if (st != MOEGEN_OK)

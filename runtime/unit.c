@@ -1,6 +1,8 @@
 /* runtime/unit.c -- compile units (see moegen_unit in moegen/runtime.h). */
 #include "unit.h"
 
+#include "cache.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,4 +23,19 @@ char *moegen_unit_source(const char *source, size_t source_size, moegen_unit u, 
   text[(size_t)n + source_size] = 0;
   *size = (size_t)n + source_size;
   return text;
+}
+
+moegen_status moegen_unit_compile(const char *source, size_t source_size, const char *image_name,
+                                  const char *arch, moegen_unit u, unsigned char **cubin,
+                                  size_t *cubin_size, char **log, int *hit) {
+  *cubin = NULL;
+  *log = NULL;
+  size_t size;
+  char *text = moegen_unit_source(source, source_size, u, &size);
+  if (!text) return MOEGEN_ERR_OUT_OF_MEMORY;
+  char name[160];
+  snprintf(name, sizeof name, "%s (%s unit)", image_name, moegen_unit_name(u));
+  moegen_status st = moegen_cache_compile(text, size, name, arch, cubin, cubin_size, log, hit);
+  free(text);
+  return st;
 }

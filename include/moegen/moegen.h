@@ -70,6 +70,17 @@ int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt,
 moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_module **out,
                          moegen_error *err);
 
+/* Fills the JIT disk cache for what moegen_jit(cfg, arch) will compile,
+ * without a GPU or a driver (NVRTC only): renders cfg for `arch` (required:
+ * no device is asked) and compiles every unit through the cache, so that a
+ * later moegen_jit of the same config and arch, with the same moegen and
+ * NVRTC versions and cache directory, loads the cubins instead of
+ * compiling (e.g. in a container build). *compiled (may be NULL): the units
+ * compiled now (the others were cached). INVALID_ARGUMENT for a NULL arch
+ * or a disabled cache (MOEGEN_CACHE=0); NO_NVRTC, COMPILE as the JIT. */
+moegen_status moegen_jit_warm(const moegen_config *cfg, const char *arch, int *compiled,
+                              moegen_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,3 +10,5 @@ moegen_add_test(test_runtime_nodriver_missing SOURCES unit/test_runtime_nodriver
   LABELS unit ARGS missing)
 moegen_add_test(test_runtime_nodriver_default SOURCES unit/test_runtime_nodriver.c
   LABELS unit ARGS default)
+# moegen_jit_warm: the JIT cache filled without a GPU, then all hits; its errors.
+moegen_add_test(test_jit_warm SOURCES unit/test_jit_warm.c LABELS unit)

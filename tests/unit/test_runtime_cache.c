@@ -220,11 +220,7 @@ static void silenced(void) {
 }
 
 int main(void) {
-  int major, minor;
-  if (moegen_nvrtc_version(&major, &minor) != MOEGEN_OK) {
-    printf("test_runtime_cache: skipped, libnvrtc.so.13 cannot be loaded\n");
-    return 77;
-  }
+  if (nvrtc_missing("test_runtime_cache")) return 77;
   char root[] = "/tmp/moegen-cache-test-XXXXXX";
   if (!mkdtemp(root)) return 1;
   char dir[4096], entry[4096] = "";
@@ -242,11 +238,5 @@ int main(void) {
   unusable(root);
   silenced();
   fallbacks();
-  int rc = check_result("test_runtime_cache");
-  if (rc == 0) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    CHECK(system(cmd) == 0, "cleanup");
-  }
-  return rc;
+  return check_result_in("test_runtime_cache", root);
 }

@@ -150,7 +150,7 @@ static void gemm_shapes(void) {
 }
 
 /* A JIT compile without NVRTC: MOEGEN_ERR_NO_NVRTC naming the library. */
-static void nvrtc_missing(void) {
+static void no_nvrtc_compile(void) {
   unsigned char *cubin;
   size_t size;
   char *log;
@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     driver_result(MOEGEN_ERR_NO_DRIVER, FAKE_LIBCUDA);
     module_without_driver(MOEGEN_ERR_NO_DRIVER, FAKE_LIBCUDA);
     owned_image(MOEGEN_ERR_NO_DRIVER);
-    nvrtc_missing();
+    no_nvrtc_compile();
   } else {
     unsetenv("MOEGEN_LIBCUDA");
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
