@@ -19,7 +19,8 @@
  * (sm_90 on an H200 times the portable mma.sync GEMM). --warm-cache (with
  * --arch; no GPU needed) only compiles the listed models' modules into the
  * JIT cache ($MOEGEN_CACHE_DIR, ...) and exits: a GPU run with the same
- * cache directory, moegen and NVRTC versions then compiles nothing.
+ * cache directory, moegen and NVRTC versions and the same arch (the
+ * device's own: sm_90a on an H100 / H200) then compiles nothing.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -56,7 +56,11 @@ static moegen_status render_image(const moegen_config *cfg, const char *arch, ji
   err->msg[0] = 0;
   if (moegen_config_validate(cfg, err) != 0) return MOEGEN_ERR_INVALID_ARGUMENT;
   jit_image *j = calloc(1, sizeof *j);
-  if (!j) return MOEGEN_ERR_OUT_OF_MEMORY;
+  if (!j) {
+    err->code = EX_OSERR;
+    snprintf(err->msg, sizeof err->msg, "jit: out of memory");
+    return MOEGEN_ERR_OUT_OF_MEMORY;
+  }
   moegen_status st = MOEGEN_OK;
   if (arch) snprintf(j->arch, sizeof j->arch, "%s", arch);
   else st = device_arch(j->arch, sizeof j->arch, err);
@@ -113,35 +117,44 @@ moegen_status moegen_jit_warm(const moegen_config *cfg, const char *arch, int *c
   char dir[4096];
   moegen_cache_dir(dir, sizeof dir);
   if (!dir[0]) {
+    const char *off = getenv("MOEGEN_CACHE");
     err->code = EX_USAGE;
-    snprintf(err->msg, sizeof err->msg, "jit_warm: the JIT cache is disabled (MOEGEN_CACHE=0)");
+    snprintf(err->msg, sizeof err->msg, "jit_warm: %s",
+             off && !strcmp(off, "0") ? "the JIT cache is disabled (MOEGEN_CACHE=0)"
+                                      : "no cache directory (MOEGEN_CACHE_DIR, XDG_CACHE_HOME "
+                                        "and HOME are unset)");
     return MOEGEN_ERR_INVALID_ARGUMENT;
   }
   jit_image *j;
   moegen_status st = render_image(cfg, arch, &j, err);
   for (int u = 0; st == MOEGEN_OK && u < MOEGEN_UNIT_COUNT; u++) {
     if (!(j->image.units >> u & 1u)) continue;
-    unsigned char *cubin;
-    size_t size;
-    char *log;
+    /* A cold compile, then a second lookup that must hit: a log after the
+     * first can mean a corrupt entry rebuilt (stored) or one that could
+     * not be stored, and only the second lookup tells them apart. */
     int hit = 0;
-    st = moegen_unit_compile(j->source, j->image.source_size, j->name, j->arch, (moegen_unit)u,
-                             &cubin, &size, &log, &hit);
-    if (st != MOEGEN_OK) {
-      err->code = st == MOEGEN_ERR_NO_NVRTC ? EX_UNAVAILABLE : EX_SOFTWARE;
-      snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s for %s: %s%s%s",
-               moegen_unit_name((moegen_unit)u), j->name, j->arch, moegen_status_string(st),
-               log ? "\n" : "", log ? log : "");
-    } else if (log) { /* compiled, but the cache could not store it */
-      st = MOEGEN_ERR_INVALID_ARGUMENT;
-      err->code = EX_CANTCREAT;
-      snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s: not cached: %s",
-               moegen_unit_name((moegen_unit)u), j->name, log);
-    } else if (compiled && !hit) {
-      ++*compiled;
+    for (int pass = 0; pass < 2 && st == MOEGEN_OK && !hit; pass++) {
+      unsigned char *cubin;
+      size_t size;
+      char *log;
+      st = moegen_unit_compile(j->source, j->image.source_size, j->name, j->arch, (moegen_unit)u,
+                               &cubin, &size, &log, &hit);
+      if (st != MOEGEN_OK) {
+        err->code = st == MOEGEN_ERR_NO_NVRTC ? EX_UNAVAILABLE : EX_SOFTWARE;
+        snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s for %s: %s%s%s",
+                 moegen_unit_name((moegen_unit)u), j->name, j->arch, moegen_status_string(st),
+                 log ? "\n" : "", log ? log : "");
+      } else if (pass == 0 && !hit && compiled) {
+        ++*compiled;
+      } else if (pass == 1 && !hit) {
+        st = MOEGEN_ERR_INVALID_ARGUMENT;
+        err->code = EX_CANTCREAT;
+        snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s: not stored in %s: %s",
+                 moegen_unit_name((moegen_unit)u), j->name, dir, log ? log : "?");
+      }
+      free(cubin);
+      free(log);
     }
-    free(cubin);
-    free(log);
   }
   if (j) free_jit_image(&j->image);
   return st;

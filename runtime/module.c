@@ -274,7 +274,8 @@ static moegen_status compile_unit(moegen_module *m, moegen_unit u) {
   moegen_status st = moegen_unit_compile(img->source, img->source_size, img->name, img->arch, u,
                                          &m->jit_cubin[u], &m->jit_cubin_size[u], &log, &hit);
   if (st == MOEGEN_ERR_OUT_OF_MEMORY)
-    moegen_module_fail(m, st, "unit source: out of memory");
+    moegen_module_fail(m, st, "out of memory compiling the %s unit of module %s", moegen_unit_name(u),
+                       img->name);
   else if (st == MOEGEN_ERR_NO_NVRTC)
     moegen_module_fail(m, st, "module %s is a JIT image and needs NVRTC: %s", img->name,
                        log ? log : "");

@@ -29,7 +29,9 @@ moegen_status moegen_unit_compile(const char *source, size_t source_size, const 
                                   const char *arch, moegen_unit u, unsigned char **cubin,
                                   size_t *cubin_size, char **log, int *hit) {
   *cubin = NULL;
+  *cubin_size = 0;
   *log = NULL;
+  *hit = 0;
   size_t size;
   char *text = moegen_unit_source(source, source_size, u, &size);
   if (!text) return MOEGEN_ERR_OUT_OF_MEMORY;

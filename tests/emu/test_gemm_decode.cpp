@@ -6,9 +6,9 @@
  * tile by tile, with an independent enumeration of the documented order
  * (experts in order; groups of group_cols(mt) column tiles; a group's
  * tiles row tile by row tile, its column tiles fastest), which also proves
- * it a bijection onto the tiles; group_cols is checked against its model's
- * contract (1 below 4 row tiles, a power of two <= min(NT, 16)) and one
- * pick worked by hand. Fresh random count sets each run (seed printed,
+ * it a bijection onto the tiles; group_cols is checked against its model
+ * recomputed here for every row-tile count up to 200, and one pick worked
+ * by hand. Fresh random count sets each run (seed printed,
  * MOEGEN_TEST_SEED to repeat), E = 37 (not a power of two, two experts a
  * thread in build_tables), empty experts, T = 0 (no rows at all). */
 #include <algorithm>
@@ -112,6 +112,25 @@ template <int NT, int BN, int TBM, int BB> static void check_space(const std::ve
   CHECK(t == ets[E] * NT, "tile count %d, want %d", t, ets[E] * NT);
 }
 
+/* group_cols<NT, TBM, BB>(mt) for mt in [0, 200] against the model
+ * recomputed here: 1 below 4 row tiles, else the power of two g <=
+ * min(NT, 16) with the fewest bytes TBM mt ceil(NT / g) + BB NT ceil(mt g /
+ * 16), the smallest g of a tie. */
+template <int NT, int TBM, int BB> static void check_group_cols() {
+  for (int mt = 0; mt <= 200; mt++) {
+    int want = 1;
+    if (mt >= 4) {
+      long long best = -1;
+      for (int g = 1; g <= NT && g <= 16; g *= 2) {
+        const long long bytes = (long long)TBM * mt * ((NT + g - 1) / g) + (long long)BB * NT * ((mt * g + 15) / 16);
+        if (best < 0 || bytes < best) best = bytes, want = g;
+      }
+    }
+    const int got = ggemm::group_cols<NT, TBM, BB>(mt);
+    CHECK(got == want, "group_cols<NT %d, TBM %d, BB %d>(%d) = %d, want %d", NT, TBM, BB, mt, got, want);
+  }
+}
+
 /* Random counts: empty experts, short ones, ones of many row tiles. */
 static std::vector<int> random_counts(int max_tiles) {
   std::vector<int> c(E);
@@ -134,6 +153,12 @@ int main() {
         ggemm::group_cols<32, 256, 128>(16));
   CHECK((ggemm::group_cols<32, 256, 128>(3) == 1), "below 4 row tiles: 1");
 
+  check_group_cols<1, 128, 128>();
+  check_group_cols<3, 256, 192>();
+  check_group_cols<8, 256, 128>();
+  check_group_cols<22, 256, 192>();
+  check_group_cols<32, 256, 128>();
+  check_group_cols<56, 128, 256>();
   check_space<8, 128, 128, 128>(std::vector<int>(E, 0)); /* T = 0: no tiles */
   for (int i = 0; i < 40; i++) {
     const int max_tiles = i % 2 ? 3 : 40;

@@ -1,14 +1,35 @@
 /* tests/unit/test_jit_warm.c -- moegen_jit_warm without a GPU or a driver:
  * the first call compiles every unit of the config into the cache (one
- * entry each), the second compiles nothing; no arch, a disabled cache and
+ * entry each), the second compiles nothing, and moegen_jit's image of the
+ * same config hits every entry; a corrupt entry is rebuilt and stored; no
+ * arch, a disabled or missing cache directory, one that cannot store, and
  * an invalid config are errors that name the cause. Uses its own temporary
  * cache directory. Exit 77 only when libnvrtc.so.13 cannot be loaded. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sysexits.h>
 
 #include "moegen/moegen.h"
 #include "runtime_check.h"
+#include "unit.h"
+
+/* The first cache entry (*.cubin) in dir, open for update; NULL if none. */
+static FILE *first_entry(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return NULL;
+  FILE *f = NULL;
+  for (struct dirent *e; !f && (e = readdir(d)) != NULL;) {
+    size_t len = strlen(e->d_name);
+    if (len > 6 && strcmp(e->d_name + len - 6, ".cubin") == 0) {
+      char path[4400];
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      f = fopen(path, "r+b");
+    }
+  }
+  closedir(d);
+  return f;
+}
 
 /* Cache entries (*.cubin) in dir. */
 static int count_entries(const char *dir) {
@@ -21,6 +42,86 @@ static int count_entries(const char *dir) {
   }
   closedir(d);
   return n;
+}
+
+/* Every unit of moegen_jit's image of c hits the cache (the runtime's own
+ * compile path; without a driver moegen_jit still returns the module). */
+static void jit_hits(const moegen_config *c) {
+  moegen_module *m = NULL;
+  moegen_error err = {0};
+  moegen_jit(c, "sm_80", &m, &err);
+  const moegen_image *img = moegen_module_image(m);
+  CHECK(img != NULL, "moegen_jit gave no image: %s", err.msg);
+  for (int u = 0; img && u < MOEGEN_UNIT_COUNT; u++) {
+    unsigned char *cubin;
+    size_t size;
+    char *log;
+    int hit = 0;
+    moegen_status st = moegen_unit_compile(img->source, img->source_size, img->name, img->arch,
+                                           (moegen_unit)u, &cubin, &size, &log, &hit);
+    CHECK(st == MOEGEN_OK && hit, "moegen_jit's %s unit: %s, hit %d", moegen_unit_name((moegen_unit)u),
+          moegen_status_string(st), hit);
+    free(cubin);
+    free(log);
+  }
+  moegen_module_destroy(m);
+}
+
+/* Damages two bytes in the middle of the first entry: warming rebuilds it. */
+static void corrupt_entry(const char *dir, const moegen_config *c) {
+  FILE *f = first_entry(dir);
+  CHECK(f != NULL, "no entry to corrupt in %s", dir);
+  if (!f) return;
+  fseek(f, 200, SEEK_SET);
+  fputs("XY", f);
+  fclose(f);
+  moegen_error err = {0};
+  int compiled = -1;
+  moegen_status st = moegen_jit_warm(c, "sm_80", &compiled, &err);
+  CHECK(st == MOEGEN_OK && compiled == 1, "corrupt entry: %s, %d compiled: %s",
+        moegen_status_string(st), compiled, err.msg);
+}
+
+/* The errors: no arch, a cache directory that is a file, MOEGEN_CACHE=0,
+ * no directory at all, an invalid config. dir: the test's cache. */
+static void errors(const char *dir, moegen_config c) {
+  moegen_error err = {0};
+  int compiled = -1;
+  moegen_status st = moegen_jit_warm(&c, NULL, &compiled, &err);
+  CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && strstr(err.msg, "arch"), "no arch: %s", err.msg);
+
+  char file[4200];
+  snprintf(file, sizeof file, "%s/not-a-dir", dir);
+  FILE *f = fopen(file, "w");
+  if (f) fclose(f);
+  setenv("MOEGEN_CACHE_DIR", file, 1);
+  st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
+  CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && err.code == EX_CANTCREAT && strstr(err.msg, "not stored"),
+        "unusable directory: %s: %s", moegen_status_string(st), err.msg);
+
+  setenv("MOEGEN_CACHE", "0", 1);
+  st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
+  CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && strstr(err.msg, "MOEGEN_CACHE=0"), "disabled: %s", err.msg);
+  unsetenv("MOEGEN_CACHE");
+
+  char home[4096] = "", xdg[4096] = "";
+  const char *h = getenv("HOME"), *x = getenv("XDG_CACHE_HOME");
+  if (h) snprintf(home, sizeof home, "%s", h);
+  if (x) snprintf(xdg, sizeof xdg, "%s", x);
+  unsetenv("MOEGEN_CACHE_DIR");
+  unsetenv("XDG_CACHE_HOME");
+  unsetenv("HOME");
+  st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
+  CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && strstr(err.msg, "no cache directory"), "no directory: %s",
+        err.msg);
+  if (h) setenv("HOME", home, 1);
+  if (x) setenv("XDG_CACHE_HOME", xdg, 1);
+  setenv("MOEGEN_CACHE_DIR", dir, 1);
+
+  c.topk = 7; /* K > E */
+  st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
+  CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && strstr(err.msg, "topk") && compiled == 0,
+        "K > E: %s: %s", moegen_status_string(st), err.msg);
 }
 
 int main(void) {
@@ -49,18 +150,8 @@ int main(void) {
   CHECK(st == MOEGEN_OK && compiled == 0 && count_entries(root) == MOEGEN_UNIT_COUNT,
         "second warm: %s, %d compiled", moegen_status_string(st), compiled);
   printf("second warm: %.3f s\n", now_seconds() - t0);
-
-  st = moegen_jit_warm(&c, NULL, &compiled, &err);
-  CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && strstr(err.msg, "arch"), "no arch: %s", err.msg);
-  setenv("MOEGEN_CACHE", "0", 1);
-  st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
-  CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && strstr(err.msg, "MOEGEN_CACHE=0"), "disabled: %s",
-        err.msg);
-  unsetenv("MOEGEN_CACHE");
-  c.topk = 7; /* K > E */
-  st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
-  CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && strstr(err.msg, "topk") && compiled == 0,
-        "K > E: %s: %s", moegen_status_string(st), err.msg);
-
+  jit_hits(&c);
+  corrupt_entry(root, &c);
+  errors(root, c);
   return check_result_in("test_jit_warm", root);
 }
