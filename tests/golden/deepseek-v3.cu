@@ -2231,8 +2231,9 @@ template <> struct Wgmma<128> {
 // L2 priorities of a row-tiled kernel's two TMA operands: A the TBM-row
 // tiles (X or dY, R-deep), B the BN-column strips of W_e (R-deep). About
 // gridDim.x consecutive tiles run at once, M-tiles fastest within an expert
-// (decode with gn = 1, the case this sizes for), so they share wa = max(grid / CT, min(mt, grid)) + 2 row tiles
-// of A and wb = grid / mt + 2 strips of B (mt: mean M-tiles per expert,
+// (decode with gn = 1, the case this sizes for), so they share wa =
+// max(grid / CT, min(mt, grid)) + 2 row tiles of A and wb = grid / mt + 2
+// strips of B (mt: mean M-tiles per expert,
 // rounded down; CT: column tiles). Without hints, the CTAs sharing an A
 // tile drift apart by more than the L2's lifetime and each reads it from
 // HBM (ncu, DeepSeek-V3 gemm1 at T = 16384: 68 GB read for 17 GB of
