@@ -79,6 +79,14 @@ static inline unsigned __ballot_sync(unsigned, int p) {
   return m;
 }
 static inline int __any_sync(unsigned m, int p) { return __ballot_sync(m, p) != 0; }
+static inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+  emu_slots[emu_lane()] = v;
+  emu_warp->arrive_and_wait();
+  unsigned m = 0;
+  for (int i = 0; i < 32; i++) m = (unsigned)emu_slots[i] > m ? (unsigned)emu_slots[i] : m;
+  emu_warp->arrive_and_wait();
+  return m;
+}
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp->arrive_and_wait(); }
 static inline void __syncthreads() { emu_warp->arrive_and_wait(); }
 
