@@ -57,6 +57,11 @@ local dtype_ctype = { fp32 = "float", bf16 = "bf16_t", fp16 = "fp16_t" }
 local TARGET_PER_LANE, TARGET_PER_LANE_SMALL = 16, 4
 local VEC_BYTES, VEC_BYTES_SMALL = 16, 8
 local PASSES_MAX_PER_LANE, PASSES_MAX_PICKS = 8, 16
+-- The small kernel serves a call while it needs at most this many warps an
+-- SM (runtime/ops_router.c): one a scheduler for the threshold kernel; two
+-- for the passes kernel (run 21, H100: Qwen3 T = 1024, 7.75 warps an SM,
+-- 6.43 us against the main kernel's 7.46; T = 4096 slower everywhere).
+local SMALL_WARPS_PER_SM, PASSES_WARPS_PER_SM = 4, 8
 -- Shared memory of a router block at most: every arch's per-block limit,
 -- and 4 blocks an SM on Hopper.
 local ROUTER_SMEM_TARGET = 48 * 1024
@@ -125,10 +130,12 @@ local function router_plan(target, vec_bytes, small)
     threads = threads // 2
   end
   local tokens_per_block = threads // lanes
+  local passes = small and lanes == 32 and per_lane <= PASSES_MAX_PER_LANE and picks <= PASSES_MAX_PICKS
   local p = {
     experts = E,
     topk = K,
-    passes = small and lanes == 32 and per_lane <= PASSES_MAX_PER_LANE and picks <= PASSES_MAX_PICKS,
+    passes = passes,
+    max_warps_per_sm = not small and 0 or passes and PASSES_WARPS_PER_SM or SMALL_WARPS_PER_SM,
     grouped = grouped,
     ngroups = ngroups,
     gsize = grouped and gsize or E,
