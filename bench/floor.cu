@@ -6,7 +6,12 @@
 //   empty     one block of 32 threads that does nothing;
 //   stream    a one-wave grid-stride kernel with the router forward's dense
 //             traffic: read N bf16 (the logits), write N bf16 (probs) and
-//             N bytes (map), 16-byte accesses, N = T x E.
+//             N bytes (map), 16-byte accesses, N = T x E;
+//   stream4   the same traffic, each thread loading 4 chunks before it
+//             stores any (4x the bytes in flight a thread);
+//   flat      the same traffic, one chunk a thread, a block per 256 chunks
+//             (no loop: the hardware's block scheduler spreads the work).
+// The floor of a stage is the fastest of the three.
 // Prints one JSON line per (kernel, model, tokens), "stage": "floor".
 // Built by CMake where nvcc is found (target moegen-floor); exits 77
 // without a GPU.
@@ -17,6 +22,12 @@
 
 __global__ void empty_kernel() {}
 
+// One chunk's outputs (see stream_kernel).
+__device__ __forceinline__ void stream_one(uint4 v, uint4 *probs, uint2 *map, long long i) {
+  probs[i] = make_uint4(v.x >> 1, v.y >> 1, v.z >> 1, v.w >> 1);
+  map[i] = make_uint2(v.x & 0x01010101u, v.y & 0x01010101u);
+}
+
 // n16: 16-byte chunks of the bf16 input (8 elements each). Each chunk's
 // probs are written as the input shifted by one bit (any function of it
 // keeps the compiler from dropping the reads), its map bytes as 8 zeros
@@ -24,10 +35,28 @@ __global__ void empty_kernel() {}
 __global__ void stream_kernel(const uint4 *in, uint4 *probs, uint2 *map, long long n16) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n16;
        i += (long long)gridDim.x * blockDim.x) {
-    uint4 v = in[i];
-    probs[i] = make_uint4(v.x >> 1, v.y >> 1, v.z >> 1, v.w >> 1);
-    map[i] = make_uint2(v.x & 0x01010101u, v.y & 0x01010101u);
+    stream_one(in[i], probs, map, i);
   }
+}
+
+// stream_kernel with 4 loads in flight a thread: chunk i + j * stride, j < 4.
+__global__ void stream4_kernel(const uint4 *in, uint4 *probs, uint2 *map, long long n16) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n16; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      if (i + j * stride < n16) v[j] = in[i + j * stride];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      if (i + j * stride < n16) stream_one(v[j], probs, map, i + j * stride);
+  }
+}
+
+// One chunk a thread, as many blocks as it takes.
+__global__ void flat_kernel(const uint4 *in, uint4 *probs, uint2 *map, long long n16) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n16) stream_one(in[i], probs, map, i);
 }
 
 static const size_t FLUSH = 256u << 20;
@@ -72,11 +101,19 @@ int main() {
       CUDA_CHECK(cudaMalloc(&probs, n16 * 16));
       CUDA_CHECK(cudaMalloc(&map, n16 * 8));
       CUDA_CHECK(cudaMemset(in, 0x3c, n16 * 16));
-      int threads = 256, blocks = (int)std::min<long long>((n16 + threads - 1) / threads, 8LL * sms);
-      float ms = time_call([&] { stream_kernel<<<blocks, threads>>>(in, probs, map, n16); }, flush);
-      double bytes = 5.0 * n;
-      printf("{\"stage\": \"floor\", \"peer\": \"stream\", \"model\": \"%s\", \"tokens\": %d, "
-             "\"ms\": %.6f, \"gbps\": %.1f, \"bytes\": %.0f}\n", m.name, T, ms, bytes / ms / 1e6, bytes);
+      const int threads = 256;
+      const long long chunks_blocks = (n16 + threads - 1) / threads;
+      const int wave = (int)std::min<long long>(chunks_blocks, 8LL * sms);
+      const double bytes = 5.0 * n;
+      struct { const char *name; float ms; } runs[] = {
+          {"stream", time_call([&] { stream_kernel<<<wave, threads>>>(in, probs, map, n16); }, flush)},
+          {"stream4", time_call([&] { stream4_kernel<<<wave, threads>>>(in, probs, map, n16); }, flush)},
+          {"flat", time_call([&] { flat_kernel<<<(unsigned)chunks_blocks, threads>>>(in, probs, map, n16); },
+                             flush)}};
+      for (auto &r : runs)
+        printf("{\"stage\": \"floor\", \"peer\": \"%s\", \"model\": \"%s\", \"tokens\": %d, "
+               "\"ms\": %.6f, \"gbps\": %.1f, \"bytes\": %.0f}\n",
+               r.name, m.name, T, r.ms, bytes / r.ms / 1e6, bytes);
       CUDA_CHECK(cudaFree(in));
       CUDA_CHECK(cudaFree(probs));
       CUDA_CHECK(cudaFree(map));

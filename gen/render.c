@@ -127,6 +127,7 @@ static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, const 
       {"tokens_per_block", offsetof(moegen_router_plan, tokens_per_block)},
       {"smem_bytes", offsetof(moegen_router_plan, smem_bytes)},
       {"logits_dtype_id", offsetof(moegen_router_plan, logits_dtype)},
+      {"max_warps_per_sm", offsetof(moegen_router_plan, max_warps_per_sm)},
   };
   memset(p, 0, sizeof *p);
   p->has_bias = cfg->expert_bias ? 1 : 0;

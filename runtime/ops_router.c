@@ -109,12 +109,13 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
                             (unsigned)p->smem_bytes, &fn, &dev);
   if (st != MOEGEN_OK) return st;
   /* Small T is one latency-bound chain per warp: the small-T kernel (more
-   * lanes per token, shorter chains) while each of its warps can have a
-   * scheduler of its own, 4 per SM. */
+   * lanes per token, shorter chains) while it needs at most the plan's
+   * max_warps_per_sm warps an SM (templates/plan.lua says why). */
   const moegen_router_plan *q = &img->router_small;
   if (q->experts > 0) {
     int64_t tokens_per_warp = q->tokens_per_block / (q->threads / 32);
-    if ((a->num_tokens + tokens_per_warp - 1) / tokens_per_warp <= 4 * (int64_t)dev.sm_count) {
+    int64_t warps = (a->num_tokens + tokens_per_warp - 1) / tokens_per_warp;
+    if (warps <= (int64_t)q->max_warps_per_sm * dev.sm_count) {
       p = q;
       st = moegen_module_kernel(m, MOEGEN_KERNEL_ROUTER_FWD_SMALL, (unsigned)p->threads,
                                 (unsigned)p->smem_bytes, &fn, &dev);

@@ -48,13 +48,25 @@ local dtype_ctype = { fp32 = "float", bf16 = "bf16_t", fp16 = "fp16_t" }
 -- lane (fewer lanes a token: the cross-lane steps are shared by more
 -- experts) and, for small T (runtime/ops_router.c: while each warp of it
 -- has a scheduler of its own, 4 per SM), one at ~TARGET_PER_LANE_SMALL
--- (32 lanes where E allows: the shortest chain per token).
+-- (32 lanes where E allows: the shortest chain per token). The small one
+-- loads 8-byte vectors (Qwen3 and gpt-oss: 32 lanes of 4 experts, not 16 of
+-- 8) and, at one token a warp with at most PASSES_MAX_PER_LANE experts a
+-- lane and PASSES_MAX_PICKS picks, selects by passes of a warp-wide max
+-- (redux.sync; the kernel's header says how): a chain of ~10 dependent
+-- steps a pick instead of the threshold's bound, prefix, list and rank.
 local TARGET_PER_LANE, TARGET_PER_LANE_SMALL = 16, 4
+local VEC_BYTES, VEC_BYTES_SMALL = 16, 8
+local PASSES_MAX_PER_LANE, PASSES_MAX_PICKS = 8, 16
+-- The small kernel serves a call while it needs at most this many warps an
+-- SM (runtime/ops_router.c): one a scheduler for the threshold kernel; two
+-- for the passes kernel (run 21, H100: Qwen3 T = 1024, 7.75 warps an SM,
+-- 6.43 us against the main kernel's 7.46; T = 4096 slower everywhere).
+local SMALL_WARPS_PER_SM, PASSES_WARPS_PER_SM = 4, 8
 -- Shared memory of a router block at most: every arch's per-block limit,
 -- and 4 blocks an SM on Hopper.
 local ROUTER_SMEM_TARGET = 48 * 1024
 
-local function router_plan(target)
+local function router_plan(target, vec_bytes, small)
   local E, K = cfg.experts, cfg.topk
   local grouped = cfg.groups > 1 or cfg.group_topk > 1
   local ngroups = grouped and cfg.groups or 1
@@ -73,7 +85,7 @@ local function router_plan(target)
     per_lane = gsize // seg
   else
     lanes = math.max(1, math.min(32, pow2_floor(E // target)))
-    local align = pow2_dividing(16 // dtype_bytes[cfg.logits_dtype], E)
+    local align = pow2_dividing(math.max(1, vec_bytes // dtype_bytes[cfg.logits_dtype]), E)
     per_lane = (E + lanes - 1) // lanes
     per_lane = (per_lane + align - 1) // align * align
     lanes = math.min(lanes, pow2_ceil((E + per_lane - 1) // per_lane)) -- no lanes without experts
@@ -118,9 +130,12 @@ local function router_plan(target)
     threads = threads // 2
   end
   local tokens_per_block = threads // lanes
+  local passes = small and lanes == 32 and per_lane <= PASSES_MAX_PER_LANE and picks <= PASSES_MAX_PICKS
   local p = {
     experts = E,
     topk = K,
+    passes = passes,
+    max_warps_per_sm = not small and 0 or passes and PASSES_WARPS_PER_SM or SMALL_WARPS_PER_SM,
     grouped = grouped,
     ngroups = ngroups,
     gsize = grouped and gsize or E,
@@ -528,12 +543,12 @@ end
 
 -- The small-T kernel, or experts = 0 where it would be the same shape.
 local function router_small_plan(main)
-  local p = router_plan(TARGET_PER_LANE_SMALL)
-  if p.lanes == main.lanes then p.experts = 0 end
+  local p = router_plan(TARGET_PER_LANE_SMALL, VEC_BYTES_SMALL, true)
+  if p.lanes == main.lanes and not p.passes then p.experts = 0 end
   return p
 end
 
-local router_main = router_plan(TARGET_PER_LANE)
+local router_main = router_plan(TARGET_PER_LANE, VEC_BYTES, false)
 return {
   router = router_main, router_small = router_small_plan(router_main), router_bwd = router_bwd_plan(),
   aux = aux_plan(), gemm = gemm_plan(), permute = permute_plan(),

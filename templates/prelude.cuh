@@ -91,19 +91,20 @@ template <int W> __device__ __forceinline__ float seg_sum(float x) {
 __device__ __forceinline__ bool ranks_before(float v, int e, float bv, int be) {
   return v > bv || (v == bv && e < be);
 }
-// The same order as one unsigned 64-bit key: order-preserving float bits
-// above, the complemented id below (ids >= 0), so the best pair is the max.
-// v + 0 turns -0 into +0, which float comparison treats as equal.
-__device__ __forceinline__ u64 rank_key(float v, int e) {
-  u32 u = __float_as_uint(v + 0.f);
-  u ^= (u32)((int)u >> 31) | 0x80000000u;
-  return ((u64)u << 32) | (u32)~e;
+// Float order as unsigned order: order_key(a) > order_key(b) iff a > b, for
+// any floats but NaN; v + 0 turns -0 into +0, which float comparison treats
+// as equal. order_key_value inverts it (-0 comes back as +0).
+__device__ __forceinline__ u32 order_key(float v) {
+  const u32 u = __float_as_uint(v + 0.f);
+  return u ^ ((u32)((int)u >> 31) | 0x80000000u);
 }
-__device__ __forceinline__ float rank_key_value(u64 k) {
-  u32 u = (u32)(k >> 32);
-  u ^= (u & 0x80000000u) ? 0x80000000u : 0xffffffffu;
-  return __uint_as_float(u);
+__device__ __forceinline__ float order_key_value(u32 u) {
+  return __uint_as_float(u ^ ((u & 0x80000000u) ? 0x80000000u : 0xffffffffu));
 }
+// The top-k order as one unsigned 64-bit key: order_key above, the
+// complemented id below (ids >= 0), so the best pair is the max.
+__device__ __forceinline__ u64 rank_key(float v, int e) { return ((u64)order_key(v) << 32) | (u32)~e; }
+__device__ __forceinline__ float rank_key_value(u64 k) { return order_key_value((u32)(k >> 32)); }
 __device__ __forceinline__ int rank_key_id(u64 k) { return (int)~(u32)k; }
 
 // Best (value, id) pair of each aligned segment of W lanes, in every lane.

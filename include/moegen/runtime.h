@@ -29,7 +29,7 @@ extern "C" {
 /* Same typedef as cuda.h / cuda_runtime.h (cudaStream_t is this type too). */
 typedef struct CUstream_st *CUstream;
 
-#define MOEGEN_RT_ABI_VERSION 6 /* 6: the row-tiled GEMM kernels take a tile-ticket parameter */
+#define MOEGEN_RT_ABI_VERSION 7 /* 7: the router plan says how many warps an SM its small-T kernel serves */
 
 typedef enum moegen_status {
   MOEGEN_OK = 0,
@@ -60,6 +60,7 @@ typedef struct moegen_router_plan {
   int logits_dtype;     /* moegen_dtype of logits and probs */
   int has_bias;         /* 1 if the kernel reads expert_bias */
   int qb;               /* 1 for quantile balancing (SPEC 3): cutoff + histogram outputs */
+  int max_warps_per_sm; /* small-T kernel: serves a call while it needs at most this many warps an SM */
 } moegen_router_plan;
 
 /* Launch plan of the router backward kernel (templates/plan.lua). */

@@ -79,6 +79,14 @@ static inline unsigned __ballot_sync(unsigned, int p) {
   return m;
 }
 static inline int __any_sync(unsigned m, int p) { return __ballot_sync(m, p) != 0; }
+static inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+  emu_slots[emu_lane()] = v;
+  emu_warp->arrive_and_wait();
+  unsigned m = 0;
+  for (int i = 0; i < 32; i++) m = (unsigned)emu_slots[i] > m ? (unsigned)emu_slots[i] : m;
+  emu_warp->arrive_and_wait();
+  return m;
+}
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp->arrive_and_wait(); }
 static inline void __syncthreads() { emu_warp->arrive_and_wait(); }
 
@@ -105,6 +113,7 @@ static inline float2 make_float2(float x, float y) { return {x, y}; }
  * emit_kernel.c into EMU_ASM("op", out, in). */
 template <class O, class I> static inline void emu_asm(std::string_view op, O &out, I in) {
   if (op == "rcp.approx.ftz.f32") out = (O)(1.0f / (float)in); /* the kernel's Newton step keeps it */
+  else if (op == "ex2.approx.ftz.f32") out = (O)exp2f((float)in);
   else if (op == "cvt.f32.f16") out = (O)fp16_to_f32((uint16_t)in);
   else if (op == "cvt.rn.f16.f32") out = (O)f32_to_fp16((float)in);
   else if (op == "cvt.rn.bf16.f32") out = (O)f32_to_bf16((float)in);

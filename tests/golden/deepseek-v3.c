@@ -20,6 +20,7 @@ const moegen_image golden_image = {
     .logits_dtype = 1,
     .has_bias = 1,
     .qb = 0,
+    .max_warps_per_sm = 0,
   },
   .router_small = {
     .experts = 256,
@@ -30,6 +31,7 @@ const moegen_image golden_image = {
     .logits_dtype = 1,
     .has_bias = 1,
     .qb = 0,
+    .max_warps_per_sm = 8,
   },
   .router_bwd = {
     .experts = 256,

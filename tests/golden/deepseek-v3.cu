@@ -114,19 +114,20 @@ template <int W> __device__ __forceinline__ float seg_sum(float x) {
 __device__ __forceinline__ bool ranks_before(float v, int e, float bv, int be) {
   return v > bv || (v == bv && e < be);
 }
-// The same order as one unsigned 64-bit key: order-preserving float bits
-// above, the complemented id below (ids >= 0), so the best pair is the max.
-// v + 0 turns -0 into +0, which float comparison treats as equal.
-__device__ __forceinline__ u64 rank_key(float v, int e) {
-  u32 u = __float_as_uint(v + 0.f);
-  u ^= (u32)((int)u >> 31) | 0x80000000u;
-  return ((u64)u << 32) | (u32)~e;
+// Float order as unsigned order: order_key(a) > order_key(b) iff a > b, for
+// any floats but NaN; v + 0 turns -0 into +0, which float comparison treats
+// as equal. order_key_value inverts it (-0 comes back as +0).
+__device__ __forceinline__ u32 order_key(float v) {
+  const u32 u = __float_as_uint(v + 0.f);
+  return u ^ ((u32)((int)u >> 31) | 0x80000000u);
 }
-__device__ __forceinline__ float rank_key_value(u64 k) {
-  u32 u = (u32)(k >> 32);
-  u ^= (u & 0x80000000u) ? 0x80000000u : 0xffffffffu;
-  return __uint_as_float(u);
+__device__ __forceinline__ float order_key_value(u32 u) {
+  return __uint_as_float(u ^ ((u & 0x80000000u) ? 0x80000000u : 0xffffffffu));
 }
+// The top-k order as one unsigned 64-bit key: order_key above, the
+// complemented id below (ids >= 0), so the best pair is the max.
+__device__ __forceinline__ u64 rank_key(float v, int e) { return ((u64)order_key(v) << 32) | (u32)~e; }
+__device__ __forceinline__ float rank_key_value(u64 k) { return order_key_value((u32)(k >> 32)); }
 __device__ __forceinline__ int rank_key_id(u64 k) { return (int)~(u32)k; }
 
 // Best (value, id) pair of each aligned segment of W lanes, in every lane.
@@ -158,6 +159,9 @@ template <int W> __device__ __forceinline__ u64 seg_argmax(u64 k) {
 //     one lane a token, picks instead by PICKS argmax passes over them;
 //  5. the lanes owning experts write the dense rows (zeros / intermediate);
 //     the picks' lanes write their entries over them.
+// A PASSES kernel (one token a warp, few experts a lane: the small-T one)
+// replaces steps 2-4 by PICKS passes of a warp-wide max (select_passes):
+// a shorter chain of dependent steps where latency, not issue, is the cost.
 namespace router {
 constexpr int E = 256;          // experts
 constexpr int K = 8;          // selected per token
@@ -172,6 +176,7 @@ constexpr int D = 2;          // routing values a lane keeps for the bound
 constexpr int Q = 0;          // ungrouped: the bound is the Q-th largest lane value
 constexpr int CAP = 32;        // candidates a token may list (more: argmax passes)
 constexpr bool GROUPED = true;
+constexpr bool PASSES = false;  // selection by passes of a warp-wide max (select_passes)
 constexpr int VP = 20;         // floats of a lane's slice in shared rows (an odd number of 16-byte units)
 constexpr int ROW = L * VP;                     // floats of a token's shared row
 constexpr bool FULL = L * V == E;               // every lane holds V real experts
@@ -214,6 +219,7 @@ static_assert(VP >= V && VP % 4 == 0, "shared slices are 16-byte aligned");
 static_assert(D >= 1 && D <= V && (!GROUPED || D == (KG < V ? KG : V)), "a lane's list holds its group top-KG");
 static_assert(GROUPED || (Q >= 1 && Q <= L && Q * D >= PICKS), "Q lanes' D values bound the picks");
 static_assert(CAP >= PICKS && CAP <= E, "candidate list");
+static_assert(!PASSES || L == 32, "passes take one token a warp");
 static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
 static_assert(!QB || (SCORE == SIGMOID && HAS_BIAS && !GROUPED && K < E), "quantile balancing");
 
@@ -279,11 +285,71 @@ __device__ __forceinline__ float rcp_ge1(float y) {
   r = fmaf(r, -fmaf(y, r, -1.f), r);
   return y < 8.507059e37f ? r : 0.f;
 }
-__device__ __forceinline__ float sigmoid(float x) { return rcp_ge1(1.f + expf(-x)); }
+// sigmoid by the hardware exp2 (ex2.approx: ~2 ulp, -x log2(e) rounded
+// once): 2 instructions for expf's 8. Scores within a few ulp of the
+// reference's (SPEC 6 tolerances; a near tie at the K-th value may flip,
+// as with expf: tests/gpu/router_check.h). Measured (run 21, H100):
+// DeepSeek-V3 T = 16384 forward 17.15 -> 15.78 us.
+__device__ __forceinline__ float sigmoid(float x) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.44269504f));
+  return rcp_ge1(1.f + e);
+}
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 // The unbiased score s of one logit (sigmoid / sqrtsoftplus).
 __device__ __forceinline__ float score_of(float x) {
   return SCORE == SIGMOID ? sigmoid(x) : sqrtf(softplus(x));
+}
+
+// One token a warp: PICKS passes of a warp-wide max over the lanes' routing
+// values (kept: the lane's group is kept). Each lane first sorts its (key,
+// position) pairs, key = order_key of the routing value (0: -inf, NaN or a
+// group not kept: never picked), in the top-k order: key descending, then
+// position ascending. Pass k takes the largest head key; of the lanes holding
+// it the lowest (the lowest ids: lane l owns [l * V, l * V + V)) lists it as
+// pick k = (value, id) in win, or (-inf, E) once no key is left, and moves
+// on to its next pair. A pass is ~6 dependent steps (redux, compare, ballot,
+// compare, select), none of them a shuffle or a shared-memory round trip.
+__device__ __forceinline__ void select_passes(const float (&r)[V], bool kept, int base, int lane,
+                                              float2 *win) {
+  u32 sk[V]; // keys, sorted
+  int sp[V]; // their positions
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    sk[i] = kept && r[i] > -MOEGEN_INF ? order_key(r[i]) : 0u;
+    sp[i] = i;
+  }
+  // Odd-even transposition sort: V rounds of compare-exchange (V <= 8).
+#pragma unroll
+  for (int round = 0; round < V; round++) {
+#pragma unroll
+    for (int i = round & 1; i + 1 < V; i += 2) {
+      const bool swap = sk[i + 1] > sk[i] || (sk[i + 1] == sk[i] && sp[i + 1] < sp[i]);
+      const u32 k0 = sk[i], k1 = sk[i + 1];
+      const int p0 = sp[i], p1 = sp[i + 1];
+      sk[i] = swap ? k1 : k0;
+      sk[i + 1] = swap ? k0 : k1;
+      sp[i] = swap ? p1 : p0;
+      sp[i + 1] = swap ? p0 : p1;
+    }
+  }
+  const u32 below = (1u << lane) - 1u; // lanes before this one
+#pragma unroll 1
+  for (int k = 0; k < PICKS; k++) {
+    const u32 m = __reduce_max_sync(MOEGEN_FULL_MASK, sk[0]);
+    const bool holds = sk[0] == m;
+    const u32 holders = __ballot_sync(MOEGEN_FULL_MASK, holds);
+    if (holds && !(holders & below)) {
+      win[k] = m ? make_float2(order_key_value(m), __int_as_float(base + sp[0]))
+                 : make_float2(-MOEGEN_INF, __int_as_float(E));
+#pragma unroll
+      for (int i = 0; i + 1 < V; i++) {
+        sk[i] = sk[i + 1];
+        sp[i] = sp[i + 1];
+      }
+      sk[V - 1] = 0u;
+    }
+  }
 }
 
 // Quantile balancing: hist[e, bin] += 1 for each real expert e of the lane,
@@ -469,7 +535,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
     for (int d = 0; d < D; d++) top[d] = -MOEGEN_INF;
 #pragma unroll
     for (int i = 0; i < V; i++) list_insert(top, r[i]);
-    float tau;
+    float tau = 0.f;  // the bound (threshold selection)
     bool kept = true; // the lane's group is kept
     if constexpr (GROUPED) {
       // A group is kept iff fewer than GTOPK groups rank before it; the kept
@@ -484,8 +550,8 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
         rank += ranks_before(og, g, gv, group);
       }
       kept = rank < GTOPK && group < NG;
-      tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
-    } else {
+      if constexpr (!PASSES) tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
+    } else if constexpr (!PASSES) {
       // The Q-th largest of the lanes' D-th values (ties by lane).
       const float mine = top[D - 1];
       int rank = 0;
@@ -497,59 +563,64 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
       const u32 at = __ballot_sync(MOEGEN_FULL_MASK, rank == Q - 1) & token_lanes(lane);
       tau = __shfl_sync(MOEGEN_FULL_MASK, mine, __ffs(at) - 1);
     }
-    // ---- candidates: the lane's routing values >= tau, at list position pos
-    const float lo = fmaxf(tau, -3.402823466e38f); // -inf is never a candidate
-    mask_t cm = 0;
-#pragma unroll
-    for (int i = 0; i < V; i++) cm |= r[i] >= lo ? (mask_t)1 << i : 0;
-    if (!kept) cm = 0;
-    const int mine_n = sizeof(mask_t) == 8 ? __popcll((u64)cm) : __popc((u32)cm);
-    int incl = mine_n; // inclusive prefix over the token's lanes
-#pragma unroll
-    for (int d = 1; d < L; d *= 2) {
-      const int y = __shfl_up_sync(MOEGEN_FULL_MASK, incl, d);
-      if (tl >= d) incl += y;
-    }
-    const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
     int nwin; // picks listed in win (fewer than PICKS only without enough finite values)
-    if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
-      // PICKS argmax passes over the candidates, for the whole warp: where a
-      // token has many (ties), and at one lane a token, where the passes
-      // need no shuffles and the shared list would be pure overhead.
-      mask_t left = cm;
-#pragma unroll 1
-      for (int k = 0; k < PICKS; k++) {
-        float bv = -MOEGEN_INF;
-        int bi = 0;
-#pragma unroll
-        for (int i = 0; i < V; i++) {
-          const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
-          bv = better ? r[i] : bv;
-          bi = better ? i : bi;
-        }
-        const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
-        const u64 best = seg_argmax<L>(key);
-        if (best != 0ull && key == best) left &= ~((mask_t)1 << bi);
-        if (tl == k % L)
-          win[k] = best != 0ull ? make_float2(rank_key_value(best), __int_as_float(rank_key_id(best)))
-                                : make_float2(-MOEGEN_INF, __int_as_float(E));
-      }
+    if constexpr (PASSES) {
+      select_passes(r, kept, base, lane, win);
       nwin = PICKS;
     } else {
-      int at = incl - mine_n;
-      for (mask_t m = cm; m; m &= m - 1) {
-        const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
-        const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
-        cand[at++] = make_float2(v, __int_as_float(base + i));
+      // ---- candidates: the lane's routing values >= tau, at list position pos
+      const float lo = fmaxf(tau, -3.402823466e38f); // -inf is never a candidate
+      mask_t cm = 0;
+#pragma unroll
+      for (int i = 0; i < V; i++) cm |= r[i] >= lo ? (mask_t)1 << i : 0;
+      if (!kept) cm = 0;
+      const int mine_n = sizeof(mask_t) == 8 ? __popcll((u64)cm) : __popc((u32)cm);
+      int incl = mine_n; // inclusive prefix over the token's lanes
+#pragma unroll
+      for (int d = 1; d < L; d *= 2) {
+        const int y = __shfl_up_sync(MOEGEN_FULL_MASK, incl, d);
+        if (tl >= d) incl += y;
       }
-      __syncwarp();
-      for (int c = tl; c < n; c += L) {
-        const float2 me = cand[c];
-        int rank = 0;
-        for (int q = 0; q < n; q++) rank += beats(cand[q], me);
-        if (rank < PICKS) win[rank] = me;
+      const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
+      if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
+        // PICKS argmax passes over the candidates, for the whole warp: where a
+        // token has many (ties), and at one lane a token, where the passes
+        // need no shuffles and the shared list would be pure overhead.
+        mask_t left = cm;
+#pragma unroll 1
+        for (int k = 0; k < PICKS; k++) {
+          float bv = -MOEGEN_INF;
+          int bi = 0;
+#pragma unroll
+          for (int i = 0; i < V; i++) {
+            const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
+            bv = better ? r[i] : bv;
+            bi = better ? i : bi;
+          }
+          const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
+          const u64 best = seg_argmax<L>(key);
+          if (best != 0ull && key == best) left &= ~((mask_t)1 << bi);
+          if (tl == k % L)
+            win[k] = best != 0ull ? make_float2(rank_key_value(best), __int_as_float(rank_key_id(best)))
+                                  : make_float2(-MOEGEN_INF, __int_as_float(E));
+        }
+        nwin = PICKS;
+      } else {
+        int at = incl - mine_n;
+        for (mask_t m = cm; m; m &= m - 1) {
+          const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
+          const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
+          cand[at++] = make_float2(v, __int_as_float(base + i));
+        }
+        __syncwarp();
+        for (int c = tl; c < n; c += L) {
+          const float2 me = cand[c];
+          int rank = 0;
+          for (int q = 0; q < n; q++) rank += beats(cand[q], me);
+          if (rank < PICKS) win[rank] = me;
+        }
+        nwin = n < PICKS ? n : PICKS;
       }
-      nwin = n < PICKS ? n : PICKS;
     }
     __syncwarp();
     // ---- the intermediate of sigmoid / pre-softmax: the scores s, from the
@@ -641,6 +712,9 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
 //     one lane a token, picks instead by PICKS argmax passes over them;
 //  5. the lanes owning experts write the dense rows (zeros / intermediate);
 //     the picks' lanes write their entries over them.
+// A PASSES kernel (one token a warp, few experts a lane: the small-T one)
+// replaces steps 2-4 by PICKS passes of a warp-wide max (select_passes):
+// a shorter chain of dependent steps where latency, not issue, is the cost.
 namespace router_small {
 constexpr int E = 256;          // experts
 constexpr int K = 8;          // selected per token
@@ -655,6 +729,7 @@ constexpr int D = 2;          // routing values a lane keeps for the bound
 constexpr int Q = 0;          // ungrouped: the bound is the Q-th largest lane value
 constexpr int CAP = 32;        // candidates a token may list (more: argmax passes)
 constexpr bool GROUPED = true;
+constexpr bool PASSES = true;  // selection by passes of a warp-wide max (select_passes)
 constexpr int VP = 12;         // floats of a lane's slice in shared rows (an odd number of 16-byte units)
 constexpr int ROW = L * VP;                     // floats of a token's shared row
 constexpr bool FULL = L * V == E;               // every lane holds V real experts
@@ -697,6 +772,7 @@ static_assert(VP >= V && VP % 4 == 0, "shared slices are 16-byte aligned");
 static_assert(D >= 1 && D <= V && (!GROUPED || D == (KG < V ? KG : V)), "a lane's list holds its group top-KG");
 static_assert(GROUPED || (Q >= 1 && Q <= L && Q * D >= PICKS), "Q lanes' D values bound the picks");
 static_assert(CAP >= PICKS && CAP <= E, "candidate list");
+static_assert(!PASSES || L == 32, "passes take one token a warp");
 static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
 static_assert(!QB || (SCORE == SIGMOID && HAS_BIAS && !GROUPED && K < E), "quantile balancing");
 
@@ -762,11 +838,71 @@ __device__ __forceinline__ float rcp_ge1(float y) {
   r = fmaf(r, -fmaf(y, r, -1.f), r);
   return y < 8.507059e37f ? r : 0.f;
 }
-__device__ __forceinline__ float sigmoid(float x) { return rcp_ge1(1.f + expf(-x)); }
+// sigmoid by the hardware exp2 (ex2.approx: ~2 ulp, -x log2(e) rounded
+// once): 2 instructions for expf's 8. Scores within a few ulp of the
+// reference's (SPEC 6 tolerances; a near tie at the K-th value may flip,
+// as with expf: tests/gpu/router_check.h). Measured (run 21, H100):
+// DeepSeek-V3 T = 16384 forward 17.15 -> 15.78 us.
+__device__ __forceinline__ float sigmoid(float x) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.44269504f));
+  return rcp_ge1(1.f + e);
+}
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 // The unbiased score s of one logit (sigmoid / sqrtsoftplus).
 __device__ __forceinline__ float score_of(float x) {
   return SCORE == SIGMOID ? sigmoid(x) : sqrtf(softplus(x));
+}
+
+// One token a warp: PICKS passes of a warp-wide max over the lanes' routing
+// values (kept: the lane's group is kept). Each lane first sorts its (key,
+// position) pairs, key = order_key of the routing value (0: -inf, NaN or a
+// group not kept: never picked), in the top-k order: key descending, then
+// position ascending. Pass k takes the largest head key; of the lanes holding
+// it the lowest (the lowest ids: lane l owns [l * V, l * V + V)) lists it as
+// pick k = (value, id) in win, or (-inf, E) once no key is left, and moves
+// on to its next pair. A pass is ~6 dependent steps (redux, compare, ballot,
+// compare, select), none of them a shuffle or a shared-memory round trip.
+__device__ __forceinline__ void select_passes(const float (&r)[V], bool kept, int base, int lane,
+                                              float2 *win) {
+  u32 sk[V]; // keys, sorted
+  int sp[V]; // their positions
+#pragma unroll
+  for (int i = 0; i < V; i++) {
+    sk[i] = kept && r[i] > -MOEGEN_INF ? order_key(r[i]) : 0u;
+    sp[i] = i;
+  }
+  // Odd-even transposition sort: V rounds of compare-exchange (V <= 8).
+#pragma unroll
+  for (int round = 0; round < V; round++) {
+#pragma unroll
+    for (int i = round & 1; i + 1 < V; i += 2) {
+      const bool swap = sk[i + 1] > sk[i] || (sk[i + 1] == sk[i] && sp[i + 1] < sp[i]);
+      const u32 k0 = sk[i], k1 = sk[i + 1];
+      const int p0 = sp[i], p1 = sp[i + 1];
+      sk[i] = swap ? k1 : k0;
+      sk[i + 1] = swap ? k0 : k1;
+      sp[i] = swap ? p1 : p0;
+      sp[i + 1] = swap ? p0 : p1;
+    }
+  }
+  const u32 below = (1u << lane) - 1u; // lanes before this one
+#pragma unroll 1
+  for (int k = 0; k < PICKS; k++) {
+    const u32 m = __reduce_max_sync(MOEGEN_FULL_MASK, sk[0]);
+    const bool holds = sk[0] == m;
+    const u32 holders = __ballot_sync(MOEGEN_FULL_MASK, holds);
+    if (holds && !(holders & below)) {
+      win[k] = m ? make_float2(order_key_value(m), __int_as_float(base + sp[0]))
+                 : make_float2(-MOEGEN_INF, __int_as_float(E));
+#pragma unroll
+      for (int i = 0; i + 1 < V; i++) {
+        sk[i] = sk[i + 1];
+        sp[i] = sp[i + 1];
+      }
+      sk[V - 1] = 0u;
+    }
+  }
 }
 
 // Quantile balancing: hist[e, bin] += 1 for each real expert e of the lane,
@@ -952,7 +1088,7 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
     for (int d = 0; d < D; d++) top[d] = -MOEGEN_INF;
 #pragma unroll
     for (int i = 0; i < V; i++) list_insert(top, r[i]);
-    float tau;
+    float tau = 0.f;  // the bound (threshold selection)
     bool kept = true; // the lane's group is kept
     if constexpr (GROUPED) {
       // A group is kept iff fewer than GTOPK groups rank before it; the kept
@@ -967,8 +1103,8 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
         rank += ranks_before(og, g, gv, group);
       }
       kept = rank < GTOPK && group < NG;
-      tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
-    } else {
+      if constexpr (!PASSES) tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
+    } else if constexpr (!PASSES) {
       // The Q-th largest of the lanes' D-th values (ties by lane).
       const float mine = top[D - 1];
       int rank = 0;
@@ -980,59 +1116,64 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
       const u32 at = __ballot_sync(MOEGEN_FULL_MASK, rank == Q - 1) & token_lanes(lane);
       tau = __shfl_sync(MOEGEN_FULL_MASK, mine, __ffs(at) - 1);
     }
-    // ---- candidates: the lane's routing values >= tau, at list position pos
-    const float lo = fmaxf(tau, -3.402823466e38f); // -inf is never a candidate
-    mask_t cm = 0;
-#pragma unroll
-    for (int i = 0; i < V; i++) cm |= r[i] >= lo ? (mask_t)1 << i : 0;
-    if (!kept) cm = 0;
-    const int mine_n = sizeof(mask_t) == 8 ? __popcll((u64)cm) : __popc((u32)cm);
-    int incl = mine_n; // inclusive prefix over the token's lanes
-#pragma unroll
-    for (int d = 1; d < L; d *= 2) {
-      const int y = __shfl_up_sync(MOEGEN_FULL_MASK, incl, d);
-      if (tl >= d) incl += y;
-    }
-    const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
     int nwin; // picks listed in win (fewer than PICKS only without enough finite values)
-    if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
-      // PICKS argmax passes over the candidates, for the whole warp: where a
-      // token has many (ties), and at one lane a token, where the passes
-      // need no shuffles and the shared list would be pure overhead.
-      mask_t left = cm;
-#pragma unroll 1
-      for (int k = 0; k < PICKS; k++) {
-        float bv = -MOEGEN_INF;
-        int bi = 0;
-#pragma unroll
-        for (int i = 0; i < V; i++) {
-          const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
-          bv = better ? r[i] : bv;
-          bi = better ? i : bi;
-        }
-        const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
-        const u64 best = seg_argmax<L>(key);
-        if (best != 0ull && key == best) left &= ~((mask_t)1 << bi);
-        if (tl == k % L)
-          win[k] = best != 0ull ? make_float2(rank_key_value(best), __int_as_float(rank_key_id(best)))
-                                : make_float2(-MOEGEN_INF, __int_as_float(E));
-      }
+    if constexpr (PASSES) {
+      select_passes(r, kept, base, lane, win);
       nwin = PICKS;
     } else {
-      int at = incl - mine_n;
-      for (mask_t m = cm; m; m &= m - 1) {
-        const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
-        const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
-        cand[at++] = make_float2(v, __int_as_float(base + i));
+      // ---- candidates: the lane's routing values >= tau, at list position pos
+      const float lo = fmaxf(tau, -3.402823466e38f); // -inf is never a candidate
+      mask_t cm = 0;
+#pragma unroll
+      for (int i = 0; i < V; i++) cm |= r[i] >= lo ? (mask_t)1 << i : 0;
+      if (!kept) cm = 0;
+      const int mine_n = sizeof(mask_t) == 8 ? __popcll((u64)cm) : __popc((u32)cm);
+      int incl = mine_n; // inclusive prefix over the token's lanes
+#pragma unroll
+      for (int d = 1; d < L; d *= 2) {
+        const int y = __shfl_up_sync(MOEGEN_FULL_MASK, incl, d);
+        if (tl >= d) incl += y;
       }
-      __syncwarp();
-      for (int c = tl; c < n; c += L) {
-        const float2 me = cand[c];
-        int rank = 0;
-        for (int q = 0; q < n; q++) rank += beats(cand[q], me);
-        if (rank < PICKS) win[rank] = me;
+      const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
+      if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
+        // PICKS argmax passes over the candidates, for the whole warp: where a
+        // token has many (ties), and at one lane a token, where the passes
+        // need no shuffles and the shared list would be pure overhead.
+        mask_t left = cm;
+#pragma unroll 1
+        for (int k = 0; k < PICKS; k++) {
+          float bv = -MOEGEN_INF;
+          int bi = 0;
+#pragma unroll
+          for (int i = 0; i < V; i++) {
+            const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
+            bv = better ? r[i] : bv;
+            bi = better ? i : bi;
+          }
+          const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
+          const u64 best = seg_argmax<L>(key);
+          if (best != 0ull && key == best) left &= ~((mask_t)1 << bi);
+          if (tl == k % L)
+            win[k] = best != 0ull ? make_float2(rank_key_value(best), __int_as_float(rank_key_id(best)))
+                                  : make_float2(-MOEGEN_INF, __int_as_float(E));
+        }
+        nwin = PICKS;
+      } else {
+        int at = incl - mine_n;
+        for (mask_t m = cm; m; m &= m - 1) {
+          const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
+          const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
+          cand[at++] = make_float2(v, __int_as_float(base + i));
+        }
+        __syncwarp();
+        for (int c = tl; c < n; c += L) {
+          const float2 me = cand[c];
+          int rank = 0;
+          for (int q = 0; q < n; q++) rank += beats(cand[q], me);
+          if (rank < PICKS) win[rank] = me;
+        }
+        nwin = n < PICKS ? n : PICKS;
       }
-      nwin = n < PICKS ? n : PICKS;
     }
     __syncwarp();
     // ---- the intermediate of sigmoid / pre-softmax: the scores s, from the
