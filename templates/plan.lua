@@ -314,6 +314,9 @@ end
 --    layer forward ~-2% at T = 16384; measured (run 15) -10 / -15% for
 --    DeepSeek-V3's layer forward, -0 to -3% for the other three models.
 local GEMM_DB_BYTES = 512
+-- wgrad stores its bf16 dW tile through shared memory with TMA: each
+-- consumer stages its 64 rows x bn columns (2 bytes each) after the stages.
+local function wgrad_staging_bytes(bn) return 2 * 64 * bn * 2 end
 
 local function gemm_stages(E, bn, extra, bm)
   local stages = GEMM_MAX_STAGES
@@ -322,10 +325,12 @@ local function gemm_stages(E, bn, extra, bm)
 end
 
 -- bm: 128, or 256 for the tall kernels (dgrad only; their tile width by
--- operand bytes, as gemm1's: gemm_bn).
-local function gemm_bwd_kernel_plan(N, K, E, extra, bm)
+-- operand bytes, as gemm1's: gemm_bn). wgrad: extra also holds the dW
+-- staging (wgrad_staging_bytes of the tile width).
+local function gemm_bwd_kernel_plan(N, K, E, extra, bm, wgrad)
   local p = gemm_kernel_plan(K, N, E, bm, true) -- bn picked for the k output columns
   p.n, p.k = N, K
+  if wgrad then extra = extra + wgrad_staging_bytes(p.bn) end
   p.stages = gemm_stages(E, p.bn, extra, p.bm)
   p.smem_bytes = gemm_smem(E, p.bn, p.stages, p.bm) + extra
   return p
@@ -429,8 +434,8 @@ local function gemm_plan()
     l2_fit_bytes = GEMM_L2_FIT,
     gemm1_dgrad = gemm_bwd_kernel_plan(2 * F, H, E, 0),
     gemm2_dgrad = gemm_bwd_kernel_plan(H, F, E, 0),
-    gemm1_wgrad = gemm_bwd_kernel_plan(2 * F, H, E, GEMM_DB_BYTES),
-    gemm2_wgrad = gemm_bwd_kernel_plan(H, F, E, GEMM_DB_BYTES),
+    gemm1_wgrad = gemm_bwd_kernel_plan(2 * F, H, E, GEMM_DB_BYTES, nil, true),
+    gemm2_wgrad = gemm_bwd_kernel_plan(H, F, E, GEMM_DB_BYTES, nil, true),
     gemm1_glu = gemm_kernel_plan(2 * F, H, E),
     gemm1_dgrad_tall = gemm_bwd_kernel_plan(2 * F, H, E, 0, 256),
     gemm2_dgrad_tall = gemm_bwd_kernel_plan(H, F, E, 0, 256),

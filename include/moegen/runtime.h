@@ -29,7 +29,7 @@ extern "C" {
 /* Same typedef as cuda.h / cuda_runtime.h (cudaStream_t is this type too). */
 typedef struct CUstream_st *CUstream;
 
-#define MOEGEN_RT_ABI_VERSION 6 /* 6: the row-tiled GEMM kernels take a tile-ticket parameter */
+#define MOEGEN_RT_ABI_VERSION 7 /* 7: the sm_90a wgrad kernels take a dW tensor map (TMA stores) */
 
 typedef enum moegen_status {
   MOEGEN_OK = 0,

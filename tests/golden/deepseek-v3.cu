@@ -1691,6 +1691,26 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const tensor_map_t *map, u3
                  : "memory");
 }
 
+// Box in shared memory at src (the map's layout and swizzle) to global
+// memory at coordinates (c0 innermost, c1, c2) of a 3-D map; elements out
+// of the map's bounds are not written. Asynchronous: bulk_commit closes a
+// group of such stores, bulk_wait_read<N> waits until at most N groups
+// still read their shared memory, bulk_wait<N> until at most N are not
+// complete. Shared memory written by threads must be made visible to it
+// first (fence.proxy.async.shared::cta, then a barrier).
+__device__ __forceinline__ void tma_store_3d(const tensor_map_t *map, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // ---------------------------------------------------------------- wgmma
 // Shared-memory matrix descriptor of a K-major operand tile written by TMA
 // with the 128-byte swizzle: rows of 128 bytes (64 bf16 of K), 8-row core
@@ -2562,8 +2582,8 @@ moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] bo
 //   moegen_gemm1_dgrad: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
 //   moegen_gemm2_dgrad: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
 //   moegen_gemm2_dgrad_glu: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
-//   moegen_gemm1_wgrad: N = 4096, K = 7168, tile 128x256x64, 4 stages, 200400 B smem
-//   moegen_gemm2_wgrad: N = 7168, K = 2048, tile 128x256x64, 4 stages, 200400 B smem
+//   moegen_gemm1_wgrad: N = 4096, K = 7168, tile 128x256x64, 3 stages, 216768 B smem
+//   moegen_gemm2_wgrad: N = 7168, K = 2048, tile 128x256x64, 3 stages, 216768 B smem
 //   moegen_gemm1_fwd_glu: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
 //   moegen_gemm1_dgrad_tall: N = 4096, K = 7168, tile 256x192x64, 3 stages, 175296 B smem
 //   moegen_gemm2_dgrad_tall: N = 7168, K = 2048, tile 256x192x64, 3 stages, 175296 B smem
@@ -2622,6 +2642,39 @@ __device__ __forceinline__ void fence_proxy_async() {
 // Named barrier `id` over `count` threads (whole warps).
 __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+// wgrad's bf16 dW tile of consumer c (thread wt of its 128): dW_e rows
+// [m0, m0 + 64), columns [n0, n0 + BN), through the consumer's staging
+// stg (BN / 64 boxes of [64 rows][64 columns], the 128-byte swizzle of the
+// map mo: 16-byte chunk j of row r at chunk j ^ (r % 8)) and TMA stores,
+// which skip rows >= N and columns >= K. Thread 0 first waits until the
+// previous tile's stores have read stg (bulk_wait_read), then the
+// consumer's threads write, fence, meet, and thread 0 issues the stores.
+// Written row by row as the accumulators lie (row 16 warp + lane / 4 and
+// 8 below it, columns 8j + 2 (lane % 4)): the 32 lanes of a u32 store hit
+// 8 chunks x 4 words, 32 banks. Not measured yet: predicted DeepSeek-V3
+// gemm1_wgrad T = 256 6.7 -> ~5.8 ms (bench/RESULTS.md run 20's next steps).
+template <int BN>
+__device__ __forceinline__ void store_wgrad_tma(const tensor_map_t *mo, u32 stg, const float (&a)[BN / 2],
+                                                int e, int m0, int n0, int wt, int c) {
+  static_assert(BK == 64 && BN % 64 == 0, "staging boxes of 64 rows x 128 bytes, the host map's [1, 64, 64]");
+  if (wt == 0) bulk_wait_read<0>();
+  bar_sync(2 + c, 128); // stg is free
+  const int r = (wt / 32) * 16 + (wt % 32) / 4, q = wt % 4;
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++) {
+    const u32 at = stg + (j / 8) * BOX_BYTES + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * q;
+    ggemm::sts_u32(at, pack_bf16x2(a[4 * j], a[4 * j + 1]));
+    ggemm::sts_u32(at + 8 * 128, pack_bf16x2(a[4 * j + 2], a[4 * j + 3])); // row r + 8: same swizzle
+  }
+  fence_proxy_async();
+  bar_sync(2 + c, 128);
+  if (wt == 0) {
+#pragma unroll
+    for (int b = 0; b < BN / 64; b++) tma_store_3d(mo, stg + b * BOX_BYTES, n0 + 64 * b, m0, e);
+    bulk_commit();
+  }
 }
 
 // D[64, BN] (+)= A[64, 16] B[BN, 16]^T with A M-major if TA, B N-major if
@@ -2829,9 +2882,9 @@ template <> struct Mma<192, 0, 0> {
 // consumer then runs two m64 sub-blocks, as the forward's, see there);
 // WGRAD tiles dW by BM = 128.
 template <int MODE, int N, int K, int TBM, int BN, int STAGES, int SMEM_BYTES>
-__device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t *mb, const Out &o,
-                                     const int *counts, const int *offsets, int max_rows, int *tickets,
-                                     u8 *smem) {
+__device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t *mb,
+                                     const tensor_map_t *mo, const Out &o, const int *counts,
+                                     const int *offsets, int max_rows, int *tickets, u8 *smem) {
   constexpr int F = N / 2;                                    // GLU: act columns
   constexpr int R = MODE == DGRAD || MODE == DGLU ? N : K;    // DGRAD, GLU: reduction (compile time)
   constexpr int KT = (R + BK - 1) / BK;                       // k steps (DGRAD, GLU)
@@ -2841,13 +2894,15 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   constexpr u32 A_BYTES = TBM * BK * 2, B_BYTES = BN * BK * 2;
   constexpr int BAR_BYTES = 16 * STAGES;
   constexpr int EXTRA = MODE == WGRAD ? DB_BYTES : 0;
+  constexpr u32 STG_BYTES = MODE == WGRAD ? 64 * BN * 2 : 0; // a consumer's dW staging (store_wgrad_tma)
   static_assert(BN % 64 == 0 && BN <= 256, "wgmma N, 64-column MN-major boxes");
   static_assert(N % 8 == 0 && K % 8 == 0, "16-byte rows (TMA strides, paired stores)");
   static_assert((TBM == 128 || (TBM == 256 && MODE != WGRAD)) && SUB * BN <= 384,
                 "tile rows, accumulator registers");
   static_assert(A_BYTES % (2 * BOX_BYTES) == 0 && B_BYTES % BOX_BYTES == 0, "box tiling");
-  static_assert(SMEM_BYTES == TABLE_BYTES + EXTRA + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES),
-                "plan.lua gemm_smem");
+  static_assert(SMEM_BYTES ==
+                    TABLE_BYTES + EXTRA + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES) + 2 * STG_BYTES,
+                "plan.lua gemm_smem, wgrad_staging_bytes");
   static_assert(SMEM_BYTES <= 232448, "opt-in shared memory");
   // Row tiles in ticket order (ggemm::next_tile); WGRAD's dW tiles (an
   // empty expert has no k steps, so no stage to carry an id) keep the
@@ -2859,6 +2914,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   const u32 bars = smem_addr(smem) + TABLE_BYTES + EXTRA;     // full[STAGES], then empty[STAGES]
   const u32 tiles = (bars + BAR_BYTES + 1023) & ~1023u;
   const u32 sa = tiles, sb = tiles + STAGES * A_BYTES;
+  const u32 stg = tiles + STAGES * (A_BYTES + B_BYTES); // WGRAD: the consumers' dW staging (1024-aligned)
   const int tid = threadIdx.x;
 
   ggemm::build_tables<ggemm::THREADS, TBM>(counts, offsets, ts, rs, scratch);
@@ -3022,14 +3078,19 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
           if (wt < 64 && dcol < N) ggemm::store_db(o, N, e, dcol, rows, db + dbs[c * 64 + wt]);
           bar_sync(2 + c, 128); // dbs is free again
         }
-        if (o.accumulate && rows == 0) continue; // dW_e += 0: leave it untouched (WGRAD has one
-                                                 // sub-block: this ends the tile's epilogue)
-        ggemm::store_wgrad<N, K, BN, BN>(o, acc, e, m0 + r, col, n0);
+        if (o.accumulate) {
+          if (rows == 0) continue; // dW_e += 0: leave it untouched (WGRAD has one sub-block:
+                                   // this ends the tile's epilogue)
+          ggemm::store_wgrad<N, K, BN, BN>(o, acc, e, m0 + r, col, n0); // fp32 += from registers
+        } else {
+          store_wgrad_tma<BN>(mo, stg + c * STG_BYTES, acc, e, m0 + c * CONSUMER_ROWS, n0, wt, c);
+        }
       } else { // GLU: acc columns [0, BN/2) gate f = n0 + ..., [BN/2, BN) up F + f
         ggemm::store_glu<N, BN, BN / 2>(o, acc, e, grow, ok0, ok1, col);
       }
     }
   }
+  if (MODE == WGRAD && wt == 0) bulk_wait<0>(); // the dW stores read stg until they complete
 }
 } // namespace ggemm_bwd
 
@@ -3044,7 +3105,7 @@ moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 128, 256, 4, 199888>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3057,7 +3118,7 @@ moegen_gemm2_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3071,7 +3132,7 @@ moegen_gemm2_dgrad_glu(const __grid_constant__ tensor_map_t mdy, // dY [rows, N]
                        int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
-  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3081,10 +3142,12 @@ extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BK, 64], 128B swizzle
                    const __grid_constant__ tensor_map_t mx,  // X [rows, K] box [BK, 64], 128B swizzle
                    void *dw, float *db, const int *counts, const int *offsets, int max_rows,
-                   int accumulate) {
+                   int accumulate,
+                   const __grid_constant__ tensor_map_t mdw) { // dW bf16 [E, N, K] box [1, 64, 64], 128B
+                                                               // swizzle (used when accumulate = 0)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, nullptr, smem);
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 128, 256, 3, 216768>(&mdy, &mx, &mdw, o, counts, offsets, max_rows, nullptr, smem);
 }
 
 #endif
@@ -3094,10 +3157,12 @@ extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BK, 64], 128B swizzle
                    const __grid_constant__ tensor_map_t mx,  // X [rows, K] box [BK, 64], 128B swizzle
                    void *dw, float *db, const int *counts, const int *offsets, int max_rows,
-                   int accumulate) {
+                   int accumulate,
+                   const __grid_constant__ tensor_map_t mdw) { // dW bf16 [E, N, K] box [1, 64, 64], 128B
+                                                               // swizzle (used when accumulate = 0)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, nullptr, smem);
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 128, 256, 3, 216768>(&mdy, &mx, &mdw, o, counts, offsets, max_rows, nullptr, smem);
 }
 
 #endif
@@ -3111,7 +3176,7 @@ moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box
                      int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 128, 256, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 128, 256, 4, 199888>(&mx, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3124,7 +3189,7 @@ moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
                    int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 192, 3, 175296>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3137,7 +3202,7 @@ moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
                    int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3151,7 +3216,7 @@ moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [row
                        int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
-  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3165,7 +3230,7 @@ moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K
                      int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 192, 3, 175296>(&mx, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 192, 3, 175296>(&mx, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
