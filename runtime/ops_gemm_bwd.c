@@ -134,20 +134,29 @@ moegen_status moegen_gemm_wgrad(moegen_module *m, const moegen_gemm_wgrad_args *
   /* With max_rows = 0 every expert is empty: the kernel loads nothing and
    * writes zeros, the maps only need a valid (1-row) shape. */
   const long long rows = a->max_rows > 0 ? a->max_rows : 1;
-  moegen_gemm_operand mdy, mx;
+  moegen_gemm_operand mdy, mx, mdw;
   st = moegen_gemm_operand_2d(m, &mdy, a->dy, rows, N, (unsigned)p->bk, 64,
                               "gemm_wgrad: cuTensorMapEncodeTiled(dy)");
   if (st == MOEGEN_OK)
     st = moegen_gemm_operand_2d(m, &mx, a->x, rows, K, (unsigned)p->bk, 64,
                                 "gemm_wgrad: cuTensorMapEncodeTiled(x)");
+  /* dW as bf16 [E, N, K] in [1, 64, 64] boxes: the sm_90a kernel's TMA
+   * stores when accumulate = 0 (with accumulate = 1 it adds fp32 from
+   * registers and never reads the map, which is then left zero). */
+  memset(&mdw, 0, sizeof mdw);
+  if (st == MOEGEN_OK && !a->accumulate)
+    st = moegen_gemm_operand_3d(m, &mdw, a->dw, E, N, K, 64, 64, "gemm_wgrad: cuTensorMapEncodeTiled(dw)");
   if (st != MOEGEN_OK) return st;
   long long max_tiles = E * ((N + p->bm - 1) / p->bm) * ((K + p->bn - 1) / p->bn);
   int max_rows = (int)a->max_rows, accumulate = a->accumulate;
   void *dw = a->dw;
   float *db = a->db;
   const int32_t *counts = a->counts, *offsets = a->offsets;
+  /* The last parameter only the sm_90a kernel declares (cuLaunchKernel
+   * reads the parameters a kernel declares). */
   void *params[] = {moegen_gemm_operand_param(m, &mdy), moegen_gemm_operand_param(m, &mx),
-                    &dw, &db, &counts, &offsets, &max_rows, &accumulate};
+                    &dw, &db, &counts, &offsets, &max_rows, &accumulate,
+                    moegen_gemm_operand_param(m, &mdw)};
   return moegen_gemm_launch(m, a->which == MOEGEN_GEMM1 ? MOEGEN_KERNEL_GEMM1_WGRAD : MOEGEN_KERNEL_GEMM2_WGRAD,
                 p, max_tiles, params, stream, "gemm_wgrad: cuLaunchKernel", NULL);
 }

@@ -329,6 +329,17 @@ end
 --    layer forward ~-2% at T = 16384; measured (run 15) -10 / -15% for
 --    DeepSeek-V3's layer forward, -0 to -3% for the other three models.
 local GEMM_DB_BYTES = 512
+-- wgrad stores its bf16 dW tile through shared memory with TMA, 64
+-- columns at a time: each consumer stages its 64 rows x bn columns as bn / 64
+-- chunks of one dW-map box (64 rows x 64 bf16 = 8 KiB) through a ring of
+-- `boxes` such buffers after the stages (boxes divides bn / 64; a chunk
+-- reuses a buffer once the TMA store of the chunk `boxes` before it has read
+-- it). Staging the whole 64 x bn (boxes = bn / 64, 64 KiB for both consumers
+-- at bn = 256) cost a pipeline stage: 4 -> 3 for bn = 256, 5 -> 4 for gpt-oss'
+-- bn = 192; Mixtral's gemm1_wgrad (4096-row reductions) measured +11.4% at
+-- T = 16384 on an H100 with 3 stages.
+local WGRAD_BOX_BYTES = 64 * 64 * 2
+local function wgrad_staging_bytes(boxes) return 2 * boxes * WGRAD_BOX_BYTES end
 
 local function gemm_stages(E, bn, extra, bm)
   local stages = GEMM_MAX_STAGES
@@ -337,11 +348,31 @@ local function gemm_stages(E, bn, extra, bm)
 end
 
 -- bm: 128, or 256 for the tall kernels (dgrad only; their tile width by
--- operand bytes, as gemm1's: gemm_bn).
-local function gemm_bwd_kernel_plan(N, K, E, extra, bm)
+-- operand bytes, as gemm1's: gemm_bn). wgrad: the stages come first (as
+-- many as without the dW staging), then the most staging boxes a consumer
+-- (stg_boxes, a divisor of bn / 64) that fit beside them; only if not even
+-- one box fits does a stage go.
+local function gemm_bwd_kernel_plan(N, K, E, extra, bm, wgrad)
   local p = gemm_kernel_plan(K, N, E, bm, true) -- bn picked for the k output columns
   p.n, p.k = N, K
   p.stages = gemm_stages(E, p.bn, extra, p.bm)
+  p.stg_boxes = 0
+  if wgrad then
+    local chunks = p.bn // 64
+    while true do
+      local room = GEMM_SMEM_LIMIT - gemm_smem(E, p.bn, p.stages, p.bm) - extra
+      for boxes = chunks, 1, -1 do
+        if chunks % boxes == 0 and wgrad_staging_bytes(boxes) <= room then
+          p.stg_boxes = boxes
+          break
+        end
+      end
+      if p.stg_boxes > 0 then break end
+      if p.stages <= 2 then error("gemm wgrad: no room for the dW staging beside 2 stages (E = " .. E .. ")") end
+      p.stages = p.stages - 1
+    end
+    extra = extra + wgrad_staging_bytes(p.stg_boxes)
+  end
   p.smem_bytes = gemm_smem(E, p.bn, p.stages, p.bm) + extra
   return p
 end
@@ -444,8 +475,8 @@ local function gemm_plan()
     l2_fit_bytes = GEMM_L2_FIT,
     gemm1_dgrad = gemm_bwd_kernel_plan(2 * F, H, E, 0),
     gemm2_dgrad = gemm_bwd_kernel_plan(H, F, E, 0),
-    gemm1_wgrad = gemm_bwd_kernel_plan(2 * F, H, E, GEMM_DB_BYTES),
-    gemm2_wgrad = gemm_bwd_kernel_plan(H, F, E, GEMM_DB_BYTES),
+    gemm1_wgrad = gemm_bwd_kernel_plan(2 * F, H, E, GEMM_DB_BYTES, nil, true),
+    gemm2_wgrad = gemm_bwd_kernel_plan(H, F, E, GEMM_DB_BYTES, nil, true),
     gemm1_glu = gemm_kernel_plan(2 * F, H, E),
     gemm1_dgrad_tall = gemm_bwd_kernel_plan(2 * F, H, E, 0, 256),
     gemm2_dgrad_tall = gemm_bwd_kernel_plan(H, F, E, 0, 256),

@@ -84,6 +84,26 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const tensor_map_t *map, u3
                  : "memory");
 }
 
+// Box in shared memory at src (the map's layout and swizzle) to global
+// memory at coordinates (c0 innermost, c1, c2) of a 3-D map; elements out
+// of the map's bounds are not written. Asynchronous: bulk_commit closes a
+// group of such stores, bulk_wait_read<N> waits until at most N groups
+// still read their shared memory, bulk_wait<N> until at most N are not
+// complete. Shared memory written by threads must be made visible to it
+// first (fence.proxy.async.shared::cta, then a barrier).
+__device__ __forceinline__ void tma_store_3d(const tensor_map_t *map, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // ---------------------------------------------------------------- wgmma
 // Shared-memory matrix descriptor of a K-major operand tile written by TMA
 // with the 128-byte swizzle: rows of 128 bytes (64 bf16 of K), 8-row core

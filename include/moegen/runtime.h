@@ -29,7 +29,7 @@ extern "C" {
 /* Same typedef as cuda.h / cuda_runtime.h (cudaStream_t is this type too). */
 typedef struct CUstream_st *CUstream;
 
-#define MOEGEN_RT_ABI_VERSION 7 /* 7: the router plan says how many warps an SM its small-T kernel serves */
+#define MOEGEN_RT_ABI_VERSION 8 /* 8: the router plan's max_warps_per_sm; 7: the sm_90a wgrad kernels take a dW tensor map */
 
 typedef enum moegen_status {
   MOEGEN_OK = 0,

@@ -1832,6 +1832,26 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const tensor_map_t *map, u3
                  : "memory");
 }
 
+// Box in shared memory at src (the map's layout and swizzle) to global
+// memory at coordinates (c0 innermost, c1, c2) of a 3-D map; elements out
+// of the map's bounds are not written. Asynchronous: bulk_commit closes a
+// group of such stores, bulk_wait_read<N> waits until at most N groups
+// still read their shared memory, bulk_wait<N> until at most N are not
+// complete. Shared memory written by threads must be made visible to it
+// first (fence.proxy.async.shared::cta, then a barrier).
+__device__ __forceinline__ void tma_store_3d(const tensor_map_t *map, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // ---------------------------------------------------------------- wgmma
 // Shared-memory matrix descriptor of a K-major operand tile written by TMA
 // with the 128-byte swizzle: rows of 128 bytes (64 bf16 of K), 8-row core
@@ -2704,8 +2724,8 @@ moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] bo
 //   moegen_gemm1_dgrad: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
 //   moegen_gemm2_dgrad: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
 //   moegen_gemm2_dgrad_glu: N = 7168, K = 2048, tile 128x256x64, 4 stages, 199888 B smem
-//   moegen_gemm1_wgrad: N = 4096, K = 7168, tile 128x256x64, 4 stages, 200400 B smem
-//   moegen_gemm2_wgrad: N = 7168, K = 2048, tile 128x256x64, 4 stages, 200400 B smem
+//   moegen_gemm1_wgrad: N = 4096, K = 7168, tile 128x256x64, 4 stages, 216784 B smem (dW staging: 1 of 4 boxes a consumer)
+//   moegen_gemm2_wgrad: N = 7168, K = 2048, tile 128x256x64, 4 stages, 216784 B smem (dW staging: 1 of 4 boxes a consumer)
 //   moegen_gemm1_fwd_glu: N = 4096, K = 7168, tile 128x256x64, 4 stages, 199888 B smem
 //   moegen_gemm1_dgrad_tall: N = 4096, K = 7168, tile 256x192x64, 3 stages, 175296 B smem
 //   moegen_gemm2_dgrad_tall: N = 7168, K = 2048, tile 256x192x64, 3 stages, 175296 B smem
@@ -2764,6 +2784,52 @@ __device__ __forceinline__ void fence_proxy_async() {
 // Named barrier `id` over `count` threads (whole warps).
 __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+// wgrad's bf16 dW tile of consumer c (thread wt of its 128): dW_e rows
+// [m0, m0 + 64), columns [n0, n0 + BN), in BN / 64 chunks of 64 columns,
+// each one box of the map mo ([64 rows][64 columns], the 128-byte swizzle:
+// 16-byte chunk j of row r at chunk j ^ (r % 8)) staged in buffer b % BOXES
+// of the consumer's ring stg (BOXES boxes, BOXES | BN / 64) and written by
+// a TMA store, which skips rows >= N and columns >= K. Per chunk b: thread
+// 0, which issues (and so owns) every bulk group of this consumer, waits
+// until at most BOXES - 1 groups still read shared memory: the chunk
+// BOXES before b (this tile's, or the previous tile's at the same buffer
+// since BOXES | BN / 64) has been read; the consumer meets (the buffer is
+// free), writes, fences (generic -> async proxy), meets again, and thread
+// 0 issues the store and commits it as one group. With BOXES = BN / 64
+// (room for the whole tile) the waits are for the previous tile's stores;
+// with fewer, the writes of chunk b overlap the store of chunk b - 1 only
+// if BOXES >= 2 (BOXES = 1 serializes: write, store, wait for its read).
+// Written row by row as the accumulators lie (row 16 warp + lane / 4 and
+// 8 below it, columns 8j + 2 (lane % 4)): the 32 lanes of a u32 store hit
+// 8 chunks x 4 words, 32 banks. Not measured yet (the whole-tile version,
+// 5b40069: DeepSeek-V3 gemm1_wgrad T = 256 6.70 -> 5.92 ms, Mixtral
+// T = 16384 12.27 -> 13.66 ms from losing a stage).
+template <int BN, int BOXES>
+__device__ __forceinline__ void store_wgrad_tma(const tensor_map_t *mo, u32 stg, const float (&a)[BN / 2],
+                                                int e, int m0, int n0, int wt, int c) {
+  static_assert(BK == 64 && BN % 64 == 0, "staging boxes of 64 rows x 128 bytes, the host map's [1, 64, 64]");
+  static_assert(BOXES >= 1 && (BN / 64) % BOXES == 0, "a ring that a tile's chunks fill whole");
+  const int r = (wt / 32) * 16 + (wt % 32) / 4, q = wt % 4;
+#pragma unroll
+  for (int b = 0; b < BN / 64; b++) {
+    const u32 box = stg + (b % BOXES) * BOX_BYTES;
+    if (wt == 0) bulk_wait_read<BOXES - 1>();
+    bar_sync(2 + c, 128); // box is free
+#pragma unroll
+    for (int j = 8 * b; j < 8 * b + 8; j++) { // 16-byte chunk j % 8 of the box's row
+      const u32 at = box + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * q;
+      ggemm::sts_u32(at, pack_bf16x2(a[4 * j], a[4 * j + 1]));
+      ggemm::sts_u32(at + 8 * 128, pack_bf16x2(a[4 * j + 2], a[4 * j + 3])); // row r + 8: same swizzle
+    }
+    fence_proxy_async();
+    bar_sync(2 + c, 128);
+    if (wt == 0) {
+      tma_store_3d(mo, box, n0 + 64 * b, m0, e);
+      bulk_commit();
+    }
+  }
 }
 
 // D[64, BN] (+)= A[64, 16] B[BN, 16]^T with A M-major if TA, B N-major if
@@ -2970,10 +3036,10 @@ template <> struct Mma<192, 0, 0> {
 // per tile of the row-tiled modes (128, or 256 for the tall kernels: each
 // consumer then runs two m64 sub-blocks, as the forward's, see there);
 // WGRAD tiles dW by BM = 128.
-template <int MODE, int N, int K, int TBM, int BN, int STAGES, int SMEM_BYTES>
-__device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t *mb, const Out &o,
-                                     const int *counts, const int *offsets, int max_rows, int *tickets,
-                                     u8 *smem) {
+template <int MODE, int N, int K, int TBM, int BN, int STAGES, int SMEM_BYTES, int STG_BOXES>
+__device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t *mb,
+                                     const tensor_map_t *mo, const Out &o, const int *counts,
+                                     const int *offsets, int max_rows, int *tickets, u8 *smem) {
   constexpr int F = N / 2;                                    // GLU: act columns
   constexpr int R = MODE == DGRAD || MODE == DGLU ? N : K;    // DGRAD, GLU: reduction (compile time)
   constexpr int KT = (R + BK - 1) / BK;                       // k steps (DGRAD, GLU)
@@ -2983,13 +3049,18 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   constexpr u32 A_BYTES = TBM * BK * 2, B_BYTES = BN * BK * 2;
   constexpr int BAR_BYTES = 16 * STAGES;
   constexpr int EXTRA = MODE == WGRAD ? DB_BYTES : 0;
+  constexpr u32 STG_BYTES = MODE == WGRAD ? STG_BOXES * BOX_BYTES : 0; // a consumer's dW staging ring
+                                                                       // (store_wgrad_tma)
   static_assert(BN % 64 == 0 && BN <= 256, "wgmma N, 64-column MN-major boxes");
+  static_assert(MODE == WGRAD ? STG_BOXES >= 1 && (BN / 64) % STG_BOXES == 0 : STG_BOXES == 0,
+                "plan.lua stg_boxes");
   static_assert(N % 8 == 0 && K % 8 == 0, "16-byte rows (TMA strides, paired stores)");
   static_assert((TBM == 128 || (TBM == 256 && MODE != WGRAD)) && SUB * BN <= 384,
                 "tile rows, accumulator registers");
   static_assert(A_BYTES % (2 * BOX_BYTES) == 0 && B_BYTES % BOX_BYTES == 0, "box tiling");
-  static_assert(SMEM_BYTES == TABLE_BYTES + EXTRA + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES),
-                "plan.lua gemm_smem");
+  static_assert(SMEM_BYTES ==
+                    TABLE_BYTES + EXTRA + BAR_BYTES + 1024 + STAGES * (A_BYTES + B_BYTES) + 2 * STG_BYTES,
+                "plan.lua gemm_smem, wgrad_staging_bytes");
   static_assert(SMEM_BYTES <= 232448, "opt-in shared memory");
   // Row tiles in ticket order (ggemm::next_tile); WGRAD's dW tiles (an
   // empty expert has no k steps, so no stage to carry an id) keep the
@@ -3001,6 +3072,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
   const u32 bars = smem_addr(smem) + TABLE_BYTES + EXTRA;     // full[STAGES], then empty[STAGES]
   const u32 tiles = (bars + BAR_BYTES + 1023) & ~1023u;
   const u32 sa = tiles, sb = tiles + STAGES * A_BYTES;
+  const u32 stg = tiles + STAGES * (A_BYTES + B_BYTES); // WGRAD: the consumers' dW staging (1024-aligned)
   const int tid = threadIdx.x;
 
   ggemm::build_tables<ggemm::THREADS, TBM>(counts, offsets, ts, rs, scratch);
@@ -3164,14 +3236,20 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
           if (wt < 64 && dcol < N) ggemm::store_db(o, N, e, dcol, rows, db + dbs[c * 64 + wt]);
           bar_sync(2 + c, 128); // dbs is free again
         }
-        if (o.accumulate && rows == 0) continue; // dW_e += 0: leave it untouched (WGRAD has one
-                                                 // sub-block: this ends the tile's epilogue)
-        ggemm::store_wgrad<N, K, BN, BN>(o, acc, e, m0 + r, col, n0);
+        if (o.accumulate) {
+          if (rows == 0) continue; // dW_e += 0: leave it untouched (WGRAD has one sub-block:
+                                   // this ends the tile's epilogue)
+          ggemm::store_wgrad<N, K, BN, BN>(o, acc, e, m0 + r, col, n0); // fp32 += from registers
+        } else {
+          store_wgrad_tma<BN, MODE == WGRAD ? STG_BOXES : 1>(mo, stg + c * STG_BYTES, acc, e,
+                                                             m0 + c * CONSUMER_ROWS, n0, wt, c);
+        }
       } else { // GLU: acc columns [0, BN/2) gate f = n0 + ..., [BN/2, BN) up F + f
         ggemm::store_glu<N, BN, BN / 2>(o, acc, e, grow, ok0, ok1, col);
       }
     }
   }
+  if (MODE == WGRAD && wt == 0) bulk_wait<0>(); // the dW stores read stg until they complete
 }
 } // namespace ggemm_bwd
 
@@ -3186,7 +3264,7 @@ moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 128, 256, 4, 199888, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3199,7 +3277,7 @@ moegen_gemm2_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
                    int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 128, 256, 4, 199888, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3213,7 +3291,7 @@ moegen_gemm2_dgrad_glu(const __grid_constant__ tensor_map_t mdy, // dY [rows, N]
                        int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
-  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 128, 256, 4, 199888>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 128, 256, 4, 199888, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3223,10 +3301,12 @@ extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BK, 64], 128B swizzle
                    const __grid_constant__ tensor_map_t mx,  // X [rows, K] box [BK, 64], 128B swizzle
                    void *dw, float *db, const int *counts, const int *offsets, int max_rows,
-                   int accumulate) {
+                   int accumulate,
+                   const __grid_constant__ tensor_map_t mdw) { // dW bf16 [E, N, K] box [1, 64, 64], 128B
+                                                               // swizzle (used when accumulate = 0)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, nullptr, smem);
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 128, 256, 4, 216784, 1>(&mdy, &mx, &mdw, o, counts, offsets, max_rows, nullptr, smem);
 }
 
 #endif
@@ -3236,10 +3316,12 @@ extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BK, 64], 128B swizzle
                    const __grid_constant__ tensor_map_t mx,  // X [rows, K] box [BK, 64], 128B swizzle
                    void *dw, float *db, const int *counts, const int *offsets, int max_rows,
-                   int accumulate) {
+                   int accumulate,
+                   const __grid_constant__ tensor_map_t mdw) { // dW bf16 [E, N, K] box [1, 64, 64], 128B
+                                                               // swizzle (used when accumulate = 0)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 128, 256, 4, 200400>(&mdy, &mx, o, counts, offsets, max_rows, nullptr, smem);
+  ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 128, 256, 4, 216784, 1>(&mdy, &mx, &mdw, o, counts, offsets, max_rows, nullptr, smem);
 }
 
 #endif
@@ -3253,7 +3335,7 @@ moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box
                      int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 128, 256, 4, 199888>(&mx, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 128, 256, 4, 199888, 0>(&mx, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3266,7 +3348,7 @@ moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
                    int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 192, 3, 175296, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3279,7 +3361,7 @@ moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
                    int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 192, 3, 175296, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3293,7 +3375,7 @@ moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [row
                        int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
-  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 192, 3, 175296>(&mdy, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 192, 3, 175296, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
@@ -3307,7 +3389,7 @@ moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K
                      int *tickets) { // [1] int32, zeroed before the launch (the caller's workspace)
   extern __shared__ __align__(16) u8 smem[];
   const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
-  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 192, 3, 175296>(&mx, &mw, o, counts, offsets, max_rows, tickets, smem);
+  ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 192, 3, 175296, 0>(&mx, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
 
 #endif
