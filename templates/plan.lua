@@ -131,10 +131,32 @@ local function router_plan(target, vec_bytes, small)
   end
   local tokens_per_block = threads // lanes
   local passes = small and lanes == 32 and per_lane <= PASSES_MAX_PER_LANE and picks <= PASSES_MAX_PICKS
+  -- The passes kernel sorts a lane's V pairs once by Batcher's odd-even
+  -- merge network (19 compare-exchanges for 8, 5 for 4; any V): {a, b}
+  -- pairs, 0-based, in order.
+  local sort_pairs = {}
+  local pp = passes and 1 or per_lane
+  while pp < per_lane do
+    local k = pp
+    while k >= 1 do
+      local j = k % pp
+      while j + k < per_lane do
+        for i = 0, math.min(k - 1, per_lane - j - k - 1) do
+          if (i + j) // (2 * pp) == (i + j + k) // (2 * pp) then
+            sort_pairs[#sort_pairs + 1] = { i + j, i + j + k }
+          end
+        end
+        j = j + 2 * k
+      end
+      k = k // 2
+    end
+    pp = pp * 2
+  end
   local p = {
     experts = E,
     topk = K,
     passes = passes,
+    sort_pairs = sort_pairs,
     max_warps_per_sm = not small and 0 or passes and PASSES_WARPS_PER_SM or SMALL_WARPS_PER_SM,
     grouped = grouped,
     ngroups = ngroups,
