@@ -201,9 +201,10 @@ typedef u32 mask_t; // one bit per position of a lane
 
 // Shared memory: the expert histogram of the fused counts, then one slot
 // per token of the block: its routing scores (row), its candidates and
-// picks as (value, id) pairs, its bitmap words. The bias is read from global
-// memory (L1 after the first token): a shared copy would put its fill's
-// memory latency before the first token's logits load.
+// picks as (value, id) pairs, its bitmap words. The bias is not in shared
+// memory (a fill would put its latency before the first token's logits
+// load): each lane holds its V values in registers, loaded once beside the
+// first logits, and the candidate list reads it from global memory (L1).
 constexpr int align16(int n) { return (n + 15) / 16 * 16; }
 constexpr int OFF_SLOTS = align16(4 * E);
 constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
@@ -319,20 +320,19 @@ __device__ __forceinline__ void select_passes(const float (&r)[V], bool kept, in
     sk[i] = kept && r[i] > -MOEGEN_INF ? order_key(r[i]) : 0u;
     sp[i] = i;
   }
-  // Odd-even transposition sort: V rounds of compare-exchange (V <= 8).
+  // Batcher's odd-even merge sort (plan.lua's sort_pairs: 0 compare-exchanges)
+  auto exchange = [&](int a, int b) {
+    const bool swap = sk[b] > sk[a] || (sk[b] == sk[a] && sp[b] < sp[a]);
+    const u32 ka = sk[a], kb = sk[b];
+    const int pa = sp[a], pb = sp[b];
+    sk[a] = swap ? kb : ka;
+    sk[b] = swap ? ka : kb;
+    sp[a] = swap ? pb : pa;
+    sp[b] = swap ? pa : pb;
+  };
+  u32 pos = 0; // the sorted positions, 4 bits each (V <= 8), the head's lowest
 #pragma unroll
-  for (int round = 0; round < V; round++) {
-#pragma unroll
-    for (int i = round & 1; i + 1 < V; i += 2) {
-      const bool swap = sk[i + 1] > sk[i] || (sk[i + 1] == sk[i] && sp[i + 1] < sp[i]);
-      const u32 k0 = sk[i], k1 = sk[i + 1];
-      const int p0 = sp[i], p1 = sp[i + 1];
-      sk[i] = swap ? k1 : k0;
-      sk[i + 1] = swap ? k0 : k1;
-      sp[i] = swap ? p1 : p0;
-      sp[i + 1] = swap ? p0 : p1;
-    }
-  }
+  for (int i = 0; i < V; i++) pos |= (u32)sp[i] << (4 * i);
   const u32 below = (1u << lane) - 1u; // lanes before this one
 #pragma unroll 1
   for (int k = 0; k < PICKS; k++) {
@@ -340,14 +340,12 @@ __device__ __forceinline__ void select_passes(const float (&r)[V], bool kept, in
     const bool holds = sk[0] == m;
     const u32 holders = __ballot_sync(MOEGEN_FULL_MASK, holds);
     if (holds && !(holders & below)) {
-      win[k] = m ? make_float2(order_key_value(m), __int_as_float(base + sp[0]))
+      win[k] = m ? make_float2(order_key_value(m), __int_as_float(base + (int)(pos & 15u)))
                  : make_float2(-MOEGEN_INF, __int_as_float(E));
 #pragma unroll
-      for (int i = 0; i + 1 < V; i++) {
-        sk[i] = sk[i + 1];
-        sp[i] = sp[i + 1];
-      }
+      for (int i = 0; i + 1 < V; i++) sk[i] = sk[i + 1];
       sk[V - 1] = 0u;
+      pos >>= 4;
     }
   }
 }
@@ -429,6 +427,16 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   float2 *win = reinterpret_cast<float2 *>(sp + OFF_WIN);   // [PICKS] pick k = (value, id)
   u32 *bits = reinterpret_cast<u32 *>(sp + OFF_BITS);       // [NBW] bitmap words
   const bool want_counts = o.counts != nullptr;
+  // The lane's expert bias (0 without), for every token it serves: loaded
+  // once, so no token waits on it (the per-token loads sat after the scores).
+  float b[V];
+#pragma unroll
+  for (int i = 0; i < V; i += IVEC) {
+    if (HAS_BIAS && SCORE != SOFTMAX && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
+    else
+#pragma unroll
+      for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
+  }
   if (want_counts)
     for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
   __syncthreads();
@@ -478,14 +486,6 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
 #pragma unroll
       for (int i = 0; i < V; i++) r[i] = s[i] = x[i];
     } else {
-      float b[V]; // expert bias (0 without)
-#pragma unroll
-      for (int i = 0; i < V; i += IVEC) {
-        if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
-        else
-#pragma unroll
-          for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
-      }
 #pragma unroll
       for (int i = 0; i < V; i++) {
         s[i] = score_of(x[i]);
@@ -754,9 +754,10 @@ typedef u32 mask_t; // one bit per position of a lane
 
 // Shared memory: the expert histogram of the fused counts, then one slot
 // per token of the block: its routing scores (row), its candidates and
-// picks as (value, id) pairs, its bitmap words. The bias is read from global
-// memory (L1 after the first token): a shared copy would put its fill's
-// memory latency before the first token's logits load.
+// picks as (value, id) pairs, its bitmap words. The bias is not in shared
+// memory (a fill would put its latency before the first token's logits
+// load): each lane holds its V values in registers, loaded once beside the
+// first logits, and the candidate list reads it from global memory (L1).
 constexpr int align16(int n) { return (n + 15) / 16 * 16; }
 constexpr int OFF_SLOTS = align16(4 * E);
 constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
@@ -872,20 +873,38 @@ __device__ __forceinline__ void select_passes(const float (&r)[V], bool kept, in
     sk[i] = kept && r[i] > -MOEGEN_INF ? order_key(r[i]) : 0u;
     sp[i] = i;
   }
-  // Odd-even transposition sort: V rounds of compare-exchange (V <= 8).
+  // Batcher's odd-even merge sort (plan.lua's sort_pairs: 19 compare-exchanges)
+  auto exchange = [&](int a, int b) {
+    const bool swap = sk[b] > sk[a] || (sk[b] == sk[a] && sp[b] < sp[a]);
+    const u32 ka = sk[a], kb = sk[b];
+    const int pa = sp[a], pb = sp[b];
+    sk[a] = swap ? kb : ka;
+    sk[b] = swap ? ka : kb;
+    sp[a] = swap ? pb : pa;
+    sp[b] = swap ? pa : pb;
+  };
+  exchange(0, 1);
+  exchange(2, 3);
+  exchange(4, 5);
+  exchange(6, 7);
+  exchange(0, 2);
+  exchange(1, 3);
+  exchange(4, 6);
+  exchange(5, 7);
+  exchange(1, 2);
+  exchange(5, 6);
+  exchange(0, 4);
+  exchange(1, 5);
+  exchange(2, 6);
+  exchange(3, 7);
+  exchange(2, 4);
+  exchange(3, 5);
+  exchange(1, 2);
+  exchange(3, 4);
+  exchange(5, 6);
+  u32 pos = 0; // the sorted positions, 4 bits each (V <= 8), the head's lowest
 #pragma unroll
-  for (int round = 0; round < V; round++) {
-#pragma unroll
-    for (int i = round & 1; i + 1 < V; i += 2) {
-      const bool swap = sk[i + 1] > sk[i] || (sk[i + 1] == sk[i] && sp[i + 1] < sp[i]);
-      const u32 k0 = sk[i], k1 = sk[i + 1];
-      const int p0 = sp[i], p1 = sp[i + 1];
-      sk[i] = swap ? k1 : k0;
-      sk[i + 1] = swap ? k0 : k1;
-      sp[i] = swap ? p1 : p0;
-      sp[i + 1] = swap ? p0 : p1;
-    }
-  }
+  for (int i = 0; i < V; i++) pos |= (u32)sp[i] << (4 * i);
   const u32 below = (1u << lane) - 1u; // lanes before this one
 #pragma unroll 1
   for (int k = 0; k < PICKS; k++) {
@@ -893,14 +912,12 @@ __device__ __forceinline__ void select_passes(const float (&r)[V], bool kept, in
     const bool holds = sk[0] == m;
     const u32 holders = __ballot_sync(MOEGEN_FULL_MASK, holds);
     if (holds && !(holders & below)) {
-      win[k] = m ? make_float2(order_key_value(m), __int_as_float(base + sp[0]))
+      win[k] = m ? make_float2(order_key_value(m), __int_as_float(base + (int)(pos & 15u)))
                  : make_float2(-MOEGEN_INF, __int_as_float(E));
 #pragma unroll
-      for (int i = 0; i + 1 < V; i++) {
-        sk[i] = sk[i + 1];
-        sp[i] = sp[i + 1];
-      }
+      for (int i = 0; i + 1 < V; i++) sk[i] = sk[i + 1];
       sk[V - 1] = 0u;
+      pos >>= 4;
     }
   }
 }
@@ -982,6 +999,16 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
   float2 *win = reinterpret_cast<float2 *>(sp + OFF_WIN);   // [PICKS] pick k = (value, id)
   u32 *bits = reinterpret_cast<u32 *>(sp + OFF_BITS);       // [NBW] bitmap words
   const bool want_counts = o.counts != nullptr;
+  // The lane's expert bias (0 without), for every token it serves: loaded
+  // once, so no token waits on it (the per-token loads sat after the scores).
+  float b[V];
+#pragma unroll
+  for (int i = 0; i < V; i += IVEC) {
+    if (HAS_BIAS && SCORE != SOFTMAX && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
+    else
+#pragma unroll
+      for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
+  }
   if (want_counts)
     for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
   __syncthreads();
@@ -1031,14 +1058,6 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
 #pragma unroll
       for (int i = 0; i < V; i++) r[i] = s[i] = x[i];
     } else {
-      float b[V]; // expert bias (0 without)
-#pragma unroll
-      for (int i = 0; i < V; i += IVEC) {
-        if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
-        else
-#pragma unroll
-          for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
-      }
 #pragma unroll
       for (int i = 0; i < V; i++) {
         s[i] = score_of(x[i]);
