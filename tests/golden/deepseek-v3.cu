@@ -203,8 +203,8 @@ typedef u32 mask_t; // one bit per position of a lane
 // per token of the block: its routing scores (row), its candidates and
 // picks as (value, id) pairs, its bitmap words. The bias is not in shared
 // memory (a fill would put its latency before the first token's logits
-// load): each lane holds its V values in registers, loaded once beside the
-// first logits, and the candidate list reads it from global memory (L1).
+// load): each lane holds its V values in registers, loaded once before
+// the token loop, and the candidate list reads it from global memory (L1).
 constexpr int align16(int n) { return (n + 15) / 16 * 16; }
 constexpr int OFF_SLOTS = align16(4 * E);
 constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
@@ -756,8 +756,8 @@ typedef u32 mask_t; // one bit per position of a lane
 // per token of the block: its routing scores (row), its candidates and
 // picks as (value, id) pairs, its bitmap words. The bias is not in shared
 // memory (a fill would put its latency before the first token's logits
-// load): each lane holds its V values in registers, loaded once beside the
-// first logits, and the candidate list reads it from global memory (L1).
+// load): each lane holds its V values in registers, loaded once before
+// the token loop, and the candidate list reads it from global memory (L1).
 constexpr int align16(int n) { return (n + 15) / 16 * 16; }
 constexpr int OFF_SLOTS = align16(4 * E);
 constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
