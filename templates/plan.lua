@@ -46,8 +46,8 @@ local dtype_ctype = { fp32 = "float", bf16 = "bf16_t", fp16 = "fp16_t" }
 --
 -- Two kernels of one template: the main one at ~TARGET_PER_LANE experts a
 -- lane (fewer lanes a token: the cross-lane steps are shared by more
--- experts) and, for small T (runtime/ops_router.c: while each warp of it
--- has a scheduler of its own, 4 per SM), one at ~TARGET_PER_LANE_SMALL
+-- experts) and, for small T (runtime/ops_router.c: while it needs at most
+-- max_warps_per_sm warps an SM, below), one at ~TARGET_PER_LANE_SMALL
 -- (32 lanes where E allows: the shortest chain per token). The small one
 -- loads 8-byte vectors (Qwen3 and gpt-oss: 32 lanes of 4 experts, not 16 of
 -- 8) and, at one token a warp with at most PASSES_MAX_PER_LANE experts a
@@ -157,7 +157,7 @@ local function router_plan(target, vec_bytes, small)
     topk = K,
     passes = passes,
     sort_pairs = sort_pairs,
-    max_warps_per_sm = not small and 0 or passes and PASSES_WARPS_PER_SM or SMALL_WARPS_PER_SM,
+    max_warps_per_sm = small and (passes and PASSES_WARPS_PER_SM or SMALL_WARPS_PER_SM) or 0,
     grouped = grouped,
     ngroups = ngroups,
     gsize = grouped and gsize or E,

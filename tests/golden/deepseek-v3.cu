@@ -432,7 +432,7 @@ moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   float b[V];
 #pragma unroll
   for (int i = 0; i < V; i += IVEC) {
-    if (HAS_BIAS && SCORE != SOFTMAX && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
+    if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
     else
 #pragma unroll
       for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
@@ -1004,7 +1004,7 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
   float b[V];
 #pragma unroll
   for (int i = 0; i < V; i += IVEC) {
-    if (HAS_BIAS && SCORE != SOFTMAX && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
+    if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
     else
 #pragma unroll
       for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
@@ -2822,9 +2822,10 @@ __device__ __forceinline__ void bar_sync(int id, int count) {
 // if BOXES >= 2 (BOXES = 1 serializes: write, store, wait for its read).
 // Written row by row as the accumulators lie (row 16 warp + lane / 4 and
 // 8 below it, columns 8j + 2 (lane % 4)): the 32 lanes of a u32 store hit
-// 8 chunks x 4 words, 32 banks. Not measured yet (the whole-tile version,
-// 5b40069: DeepSeek-V3 gemm1_wgrad T = 256 6.70 -> 5.92 ms, Mixtral
-// T = 16384 12.27 -> 13.66 ms from losing a stage).
+// 8 chunks x 4 words, 32 banks. Measured (bench/RESULTS.md run 21, H100):
+// gemm1_wgrad DeepSeek-V3 T = 256 6.70 -> 5.94 ms against register stores,
+// every model and T -1.5 to -12%; staging the whole tile instead cost a
+// pipeline stage (Mixtral T = 16384 +11%).
 template <int BN, int BOXES>
 __device__ __forceinline__ void store_wgrad_tma(const tensor_map_t *mo, u32 stg, const float (&a)[BN / 2],
                                                 int e, int m0, int n0, int wt, int c) {
