@@ -134,7 +134,7 @@ static int write_json(FILE *f, const moegen_sources *src, const moegen_gen_optio
   } routers[] = {{"moegen_router_fwd", &src->router}, {"moegen_router_fwd_small", &src->router_small}};
   for (size_t i = 0; i < sizeof routers / sizeof routers[0]; i++) {
     const moegen_router_plan *r = routers[i].r;
-    if (r->experts > 0)
+    if (r->threads > 0)
       json_array_append_new(kernels, json_pack("{s:s, s:i, s:i, s:i}", "name", routers[i].name,
                                                "threads", r->threads, "tokens_per_block",
                                                r->tokens_per_block, "smem_bytes", r->smem_bytes));

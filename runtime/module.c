@@ -429,7 +429,7 @@ static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *
   const moegen_router_plan *r = id == MOEGEN_KERNEL_ROUTER_FWD         ? &img->router
                                : id == MOEGEN_KERNEL_ROUTER_FWD_SMALL ? &img->router_small
                                                                       : NULL;
-  if (r && r->experts > 0) {
+  if (r && r->threads > 0) {
     *threads = (unsigned)r->threads;
     *smem = (unsigned)r->smem_bytes;
     return 1;

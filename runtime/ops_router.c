@@ -112,7 +112,7 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
    * lanes per token, shorter chains) while it needs at most the plan's
    * max_warps_per_sm warps an SM (templates/plan.lua says why). */
   const moegen_router_plan *q = &img->router_small;
-  if (q->experts > 0) {
+  if (q->threads > 0) {
     int64_t tokens_per_warp = q->tokens_per_block / (q->threads / 32);
     int64_t warps = (a->num_tokens + tokens_per_warp - 1) / tokens_per_warp;
     if (warps <= (int64_t)q->max_warps_per_sm * dev.sm_count) {

@@ -594,10 +594,10 @@ local function permute_plan()
   }
 end
 
--- The small-T kernel, or experts = 0 where it would be the same shape.
+-- The small-T kernel, or threads = 0 (no kernel) where it would be the same shape.
 local function router_small_plan(main)
   local p = router_plan(TARGET_PER_LANE_SMALL, VEC_BYTES_SMALL, true)
-  if p.lanes == main.lanes and not p.passes then p.experts = 0 end
+  if p.lanes == main.lanes and not p.passes then p.threads = 0 end
   return p
 end
 

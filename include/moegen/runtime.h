@@ -163,7 +163,7 @@ typedef struct moegen_image {
   size_t source_size;
   const char *source_path;         /* where NAME.cu was written, or "<jit>" */
   moegen_router_plan router;
-  moegen_router_plan router_small; /* the small-T router kernel; experts = 0: none (same shape) */
+  moegen_router_plan router_small; /* the small-T router kernel; threads = 0: none (same shape) */
   moegen_router_bwd_plan router_bwd;
   moegen_aux_plan aux;
   moegen_gemm_plan gemm;
