@@ -66,12 +66,21 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
         "expert_bias, no groups, topk < experts)"),
 };
 
+/* Enum names from moegen/types.h: one array each, and "|a|b|c" (the type
+ * text is it from the second character). */
+#define NAME_OF_SCORE(e, name, value) [value] = #name,
+#define NAME_OF_DTYPE(e, name, value, bytes) [value] = #name,
+#define ALT_OF_SCORE(e, name, value) "|" #name
+#define ALT_OF_DTYPE(e, name, value, bytes) "|" #name
+static const char score_alternatives[] = MOEGEN_SCORES(ALT_OF_SCORE);
+static const char dtype_alternatives[] = MOEGEN_DTYPES(ALT_OF_DTYPE);
+
 static const char *const type_text[] = {
     [KT_INT] = "integer", [KT_NUM] = "number", [KT_BOOL] = "true|false", [KT_STR] = "string",
-    [KT_SCORE] = "sigmoid|softmax|sqrtsoftplus", [KT_DTYPE] = "fp32|bf16|fp16"};
+    [KT_SCORE] = score_alternatives + 1, [KT_DTYPE] = dtype_alternatives + 1};
 
-static const char *const score_names[] = {"sigmoid", "softmax", "sqrtsoftplus"};
-static const char *const dtype_names[] = {"fp32", "bf16", "fp16"};
+static const char *const score_names[] = {MOEGEN_SCORES(NAME_OF_SCORE)};
+static const char *const dtype_names[] = {MOEGEN_DTYPES(NAME_OF_DTYPE)};
 #define N_SCORES (sizeof score_names / sizeof score_names[0])
 #define N_DTYPES (sizeof dtype_names / sizeof dtype_names[0])
 

@@ -9,6 +9,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "compile.h"
 #include "moegen/moegen.h"
 #include "sha256.h"
@@ -82,8 +83,6 @@ static int write_c(FILE *f, const moegen_sources *src, const moegen_gen_options 
           opt->name, opt->name);
   put_c_string(f, src->cu);
   fputs(";\n\n", f);
-  fprintf(f, "/* Compile units holding kernels (bit per moegen_unit). */\nstatic const unsigned %s_units = 0x%x;\n\n",
-          opt->name, src->units);
   if (opt->compile == MOEGEN_COMPILE_JIT) {
     fputs(src->c, f);
     return ferror(f) ? -1 : 0;
@@ -119,7 +118,7 @@ static int write_json(FILE *f, const moegen_sources *src, const moegen_gen_optio
   moegen_sha256_hex(src->cu, strlen(src->cu), h_cu);
   json_t *units = json_object();
   for (int u = 0; u < MOEGEN_UNIT_COUNT; u++) {
-    if (!(src->units >> u & 1u)) continue;
+    if (!(src->image.units >> u & 1u)) continue;
     char h[65];
     if (bins[u].data) moegen_sha256_hex(bins[u].data, bins[u].size, h);
     json_object_set_new(units, moegen_unit_name((moegen_unit)u),
@@ -128,42 +127,25 @@ static int write_json(FILE *f, const moegen_sources *src, const moegen_gen_optio
                                      : json_object());
   }
   json_t *kernels = json_array();
-  const struct {
-    const char *name;
-    const moegen_router_plan *r;
-  } routers[] = {{"moegen_router_fwd", &src->router}, {"moegen_router_fwd_small", &src->router_small}};
-  for (size_t i = 0; i < sizeof routers / sizeof routers[0]; i++) {
-    const moegen_router_plan *r = routers[i].r;
-    if (r->threads > 0)
-      json_array_append_new(kernels, json_pack("{s:s, s:i, s:i, s:i}", "name", routers[i].name,
-                                               "threads", r->threads, "tokens_per_block",
-                                               r->tokens_per_block, "smem_bytes", r->smem_bytes));
+  size_t nfields;
+  const moegen_abi_field *fields = moegen_abi_fields(&nfields);
+  for (size_t i = 0; i < moegen_abi_kernel_count; i++) {
+    const moegen_abi_kernel *k = &moegen_abi_kernels[i];
+    int threads, smem;
+    moegen_abi_kernel_shape(&src->image, k, &threads, &smem);
+    if (threads == 0) continue;
+    json_t *plan = json_object();
+    size_t len = strlen(k->plan);
+    for (size_t j = 0; j < nfields; j++) /* the kernel's plan: fields directly under k->plan */
+      if (!strncmp(fields[j].path, k->plan, len) && fields[j].path[len] == '.' &&
+          !strchr(fields[j].path + len + 1, '.'))
+        json_object_set_new(plan, fields[j].path + len + 1,
+                            json_integer(moegen_abi_get(&src->image, &fields[j])));
+    json_array_append_new(kernels, json_pack("{s:s, s:s, s:i, s:i, s:s, s:o}", "name", k->name,
+                                             "unit", moegen_unit_name(k->unit), "threads", threads,
+                                             "smem_bytes", smem, "plan", k->plan, "plan_fields",
+                                             plan));
   }
-  const moegen_gemm_plan *gp = &src->gemm;
-  const struct {
-    const char *name;
-    const moegen_gemm_kernel_plan *k;
-  } fwd[] = {{"moegen_gemm1_fwd", &gp->gemm1},
-             {"moegen_gemm2_fwd", &gp->gemm2},
-             {"moegen_gemm1_fwd_tall", &gp->gemm1_tall},
-             {"moegen_gemm2_fwd_tall", &gp->gemm2_tall}};
-  for (size_t g = 0; gp->supported && g < sizeof fwd / sizeof fwd[0]; g++) {
-    const moegen_gemm_kernel_plan *k = fwd[g].k;
-    json_array_append_new(kernels, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "name",
-                                             fwd[g].name, "threads", k->threads, "n", k->n, "k",
-                                             k->k, "bm", k->bm, "bn", k->bn, "stages", k->stages,
-                                             "smem_bytes", k->smem_bytes));
-  }
-  const moegen_router_bwd_plan *rb = &src->router_bwd;
-  json_array_append_new(kernels, json_pack("{s:s, s:i, s:i}", "name", "moegen_router_bwd",
-                                           "threads", rb->threads, "tokens_per_block",
-                                           rb->tokens_per_block));
-  const moegen_aux_plan *ax = &src->aux;
-  static const char *const aux_kernels[] = {"moegen_aux_scores_fwd", "moegen_aux_scores_bwd",
-                                            "moegen_aux_loss_fwd", "moegen_aux_loss_bwd"};
-  for (int i = 0; i < 4; i++)
-    json_array_append_new(kernels, json_pack("{s:s, s:i}", "name", aux_kernels[i], "threads",
-                                             i < 2 ? ax->threads : ax->loss_threads));
   json_t *root = json_pack(
       "{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:{s:s}, s:o}", "moegen_version", MOEGEN_VERSION,
       "command", opt->command_line ? opt->command_line : "", "name", opt->name, "arch", opt->arch,
@@ -198,17 +180,17 @@ int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt, con
   rc = moegen_render(cfg, opt, &src, err);
   if (rc) return rc;
   /* Say what the module will lack: its ops fail at run time, not here. */
-  if (!src.gemm.supported)
+  if (!moegen_abi_present(&src.image, "moegen_gemm1_fwd"))
     say(progress, "note: no grouped GEMM kernels (they need --arch sm_80 or later and "
                   "hidden, ffn multiples of 8): the GEMM and layer ops of %s return "
                   "MOEGEN_ERR_NOT_SUPPORTED",
         opt->name, "");
-  if (src.permute.experts <= 0)
+  if (!moegen_abi_present(&src.image, "moegen_permute_routes"))
     say(progress, "note: no permute kernels (they need hidden %% 8 == 0): the permute and layer "
                   "ops of %s return MOEGEN_ERR_NOT_SUPPORTED", opt->name, "");
   unit_bin bins[MOEGEN_UNIT_COUNT] = {{0}};
   for (int u = 0; !rc && opt->compile != MOEGEN_COMPILE_JIT && u < MOEGEN_UNIT_COUNT; u++) {
-    if (!(src.units >> u & 1u)) continue;
+    if (!(src.image.units >> u & 1u)) continue;
     char what[160];
     snprintf(what, sizeof what, "%s.cu (%s unit)", opt->name, moegen_unit_name((moegen_unit)u));
     say(progress, "compiling %s with %s", what, mode_name(opt->compile));

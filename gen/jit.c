@@ -78,20 +78,13 @@ static moegen_status render_image(const moegen_config *cfg, const char *arch, ji
   j->source = src.cu;
   j->config_lua = src.config_lua;
   src.cu = src.config_lua = NULL;
-  j->image = (moegen_image){.abi_version = MOEGEN_RT_ABI_VERSION,
-                            .name = j->name,
-                            .arch = j->arch,
-                            .config_lua = j->config_lua,
-                            .units = src.units,
-                            .source = j->source,
-                            .source_size = strlen(j->source),
-                            .source_path = "<jit>",
-                            .router = src.router,
-                            .router_small = src.router_small,
-                            .router_bwd = src.router_bwd,
-                            .aux = src.aux,
-                            .gemm = src.gemm,
-                            .permute = src.permute};
+  j->image = src.image; /* the plans, units and ABI version the AOT text prints */
+  j->image.name = j->name;
+  j->image.arch = j->arch;
+  j->image.config_lua = j->config_lua;
+  j->image.source = j->source;
+  j->image.source_size = strlen(j->source);
+  j->image.source_path = "<jit>";
   moegen_sources_free(&src);
   *out = j;
   return MOEGEN_OK;

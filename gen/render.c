@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sysexits.h>
 
+#include "abi.h"
 #include "moegen/moegen.h"
 #include "render.h"
 
@@ -93,137 +94,6 @@ static char *comment_safe(const char *text) {
   return s;
 }
 
-/* One int field of a plan struct and its key in the Lua plan table. */
-typedef struct plan_field {
-  const char *key;
-  size_t off;
-} plan_field;
-
-/* Reads plan.<table>.<key> of every field into the struct at p. */
-static int read_fields(moegen_sandbox *sb, const char *table, const plan_field *fields, size_t n,
-                       void *p, moegen_error *err) {
-  for (size_t i = 0; i < n; i++) {
-    char path[128];
-    long v;
-    snprintf(path, sizeof path, "plan.%s.%s", table, fields[i].key);
-    int rc = moegen_sandbox_get_int(sb, path, &v, err);
-    if (rc) return rc;
-    *(int *)((char *)p + fields[i].off) = (int)v;
-  }
-  return 0;
-}
-
-#define READ_FIELDS(sb, table, fields, p, err) \
-  read_fields(sb, table, fields, sizeof fields / sizeof fields[0], p, err)
-
-/* Reads plan.<table> ("router", "router_small") into the runtime's plan
- * struct. */
-static int read_router_plan(moegen_sandbox *sb, const moegen_config *cfg, const char *table,
-                            moegen_router_plan *p, moegen_error *err) {
-  static const plan_field fields[] = {
-      {"experts", offsetof(moegen_router_plan, experts)},
-      {"topk", offsetof(moegen_router_plan, topk)},
-      {"threads", offsetof(moegen_router_plan, threads)},
-      {"tokens_per_block", offsetof(moegen_router_plan, tokens_per_block)},
-      {"smem_bytes", offsetof(moegen_router_plan, smem_bytes)},
-      {"logits_dtype_id", offsetof(moegen_router_plan, logits_dtype)},
-      {"max_warps_per_sm", offsetof(moegen_router_plan, max_warps_per_sm)},
-  };
-  memset(p, 0, sizeof *p);
-  p->has_bias = cfg->expert_bias ? 1 : 0;
-  p->qb = cfg->quantile_balancing ? 1 : 0;
-  return READ_FIELDS(sb, table, fields, p, err);
-}
-
-/* Reads plan.router_bwd into the runtime's plan struct. */
-static int read_router_bwd_plan(moegen_sandbox *sb, moegen_router_bwd_plan *p, moegen_error *err) {
-  static const plan_field fields[] = {
-      {"experts", offsetof(moegen_router_bwd_plan, experts)},
-      {"topk", offsetof(moegen_router_bwd_plan, topk)},
-      {"threads", offsetof(moegen_router_bwd_plan, threads)},
-      {"tokens_per_block", offsetof(moegen_router_bwd_plan, tokens_per_block)},
-      {"logits_dtype_id", offsetof(moegen_router_bwd_plan, grad_dtype)},
-  };
-  memset(p, 0, sizeof *p);
-  return READ_FIELDS(sb, "router_bwd", fields, p, err);
-}
-
-/* Reads plan.aux into the runtime's plan struct. */
-static int read_aux_plan(moegen_sandbox *sb, moegen_aux_plan *p, moegen_error *err) {
-  static const plan_field fields[] = {
-      {"experts", offsetof(moegen_aux_plan, experts)},
-      {"topk", offsetof(moegen_aux_plan, topk)},
-      {"threads", offsetof(moegen_aux_plan, threads)},
-      {"tokens_per_block", offsetof(moegen_aux_plan, tokens_per_block)},
-      {"logits_dtype_id", offsetof(moegen_aux_plan, logits_dtype)},
-      {"loss_threads", offsetof(moegen_aux_plan, loss_threads)},
-      {"loss_unroll", offsetof(moegen_aux_plan, loss_unroll)},
-      {"loss_max_blocks", offsetof(moegen_aux_plan, loss_max_blocks)},
-  };
-  memset(p, 0, sizeof *p);
-  return READ_FIELDS(sb, "aux", fields, p, err);
-}
-
-/* Reads plan.permute into the runtime's plan struct (experts = 0 when the
- * module has no permute kernels). */
-static int read_permute_plan(moegen_sandbox *sb, moegen_permute_plan *p, moegen_error *err) {
-  static const plan_field fields[] = {
-      {"experts", offsetof(moegen_permute_plan, experts)},
-      {"topk", offsetof(moegen_permute_plan, topk)},
-      {"hidden", offsetof(moegen_permute_plan, hidden)},
-      {"tile_tokens", offsetof(moegen_permute_plan, tile_tokens)},
-      {"copy_threads", offsetof(moegen_permute_plan, copy_threads)},
-      {"copy_group", offsetof(moegen_permute_plan, copy_group)},
-      {"gather_threads", offsetof(moegen_permute_plan, gather_threads)},
-      {"gather_group", offsetof(moegen_permute_plan, gather_group)},
-      {"zero_chunk", offsetof(moegen_permute_plan, zero_chunk)},
-      {"max_chunks", offsetof(moegen_permute_plan, max_chunks)},
-  };
-  memset(p, 0, sizeof *p);
-  long supported;
-  int rc = moegen_sandbox_get_int(sb, "plan.permute.supported", &supported, err);
-  if (rc || !supported) return rc;
-  return READ_FIELDS(sb, "permute", fields, p, err);
-}
-
-/* Reads plan.gemm (and each kernel's plan.gemm.NAME) into the runtime's plan struct. */
-static int read_gemm_plan(moegen_sandbox *sb, moegen_gemm_plan *p, moegen_error *err) {
-  static const plan_field top[] = {
-      {"experts", offsetof(moegen_gemm_plan, experts)},
-      {"supported", offsetof(moegen_gemm_plan, supported)},
-      {"portable", offsetof(moegen_gemm_plan, portable)},
-      {"tall_rows_per_expert", offsetof(moegen_gemm_plan, tall_rows_per_expert)},
-  };
-  static const plan_field fields[] = {
-      {"n", offsetof(moegen_gemm_kernel_plan, n)},
-      {"k", offsetof(moegen_gemm_kernel_plan, k)},
-      {"bm", offsetof(moegen_gemm_kernel_plan, bm)},
-      {"bn", offsetof(moegen_gemm_kernel_plan, bn)},
-      {"bk", offsetof(moegen_gemm_kernel_plan, bk)},
-      {"stages", offsetof(moegen_gemm_kernel_plan, stages)},
-      {"threads", offsetof(moegen_gemm_kernel_plan, threads)},
-      {"smem_bytes", offsetof(moegen_gemm_kernel_plan, smem_bytes)},
-  };
-  const struct {
-    const char *name;
-    moegen_gemm_kernel_plan *k;
-  } kernels[] = {{"gemm1", &p->gemm1},           {"gemm2", &p->gemm2},
-                 {"gemm1_tall", &p->gemm1_tall}, {"gemm2_tall", &p->gemm2_tall},
-                 {"gemm1_dgrad", &p->gemm1_dgrad}, {"gemm2_dgrad", &p->gemm2_dgrad},
-                 {"gemm1_wgrad", &p->gemm1_wgrad}, {"gemm2_wgrad", &p->gemm2_wgrad},
-                 {"gemm1_glu", &p->gemm1_glu},
-                 {"gemm1_dgrad_tall", &p->gemm1_dgrad_tall}, {"gemm2_dgrad_tall", &p->gemm2_dgrad_tall},
-                 {"gemm1_glu_tall", &p->gemm1_glu_tall}};
-  memset(p, 0, sizeof *p);
-  int rc = READ_FIELDS(sb, "gemm", top, p, err);
-  for (size_t g = 0; !rc && g < sizeof kernels / sizeof kernels[0]; g++) {
-    char table[64];
-    snprintf(table, sizeof table, "gemm.%s", kernels[g].name);
-    rc = READ_FIELDS(sb, table, fields, kernels[g].k, err);
-  }
-  return rc;
-}
-
 int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moegen_sources *out,
                   moegen_error *err) {
   memset(out, 0, sizeof *out);
@@ -261,6 +131,7 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
   }
   units[2 * MOEGEN_UNIT_COUNT] = NULL;
   if (!rc) rc = moegen_sandbox_set_strings(sb, "unit", units, err); /* unit.gemm = "3" */
+  if (!rc) rc = moegen_abi_export(sb, err);
   if (!rc) {
     const moegen_embedded_file *plan = moegen_embedded_find("plan.lua");
     rc = moegen_sandbox_run(sb, "plan.lua", plan ? plan->data : "", "plan", err);
@@ -274,17 +145,17 @@ int moegen_render(const moegen_config *cfg, const moegen_gen_options *opt, moege
       free(part);
       continue;
     }
-    out->units |= 1u << kernel_templates[i].unit | kernel_templates[i].also;
+    out->image.units |= 1u << kernel_templates[i].unit | kernel_templates[i].also;
     rc = append_part(&out->cu, part, 1u << kernel_templates[i].unit | kernel_templates[i].also, err);
   }
   if (!rc) rc = render_file(sb, "host.h.lt", &out->h, err);
-  if (!rc) rc = render_file(sb, "host.c.lt", &out->c, err);
-  if (!rc) rc = read_router_plan(sb, cfg, "router", &out->router, err);
-  if (!rc) rc = read_router_plan(sb, cfg, "router_small", &out->router_small, err);
-  if (!rc) rc = read_router_bwd_plan(sb, &out->router_bwd, err);
-  if (!rc) rc = read_aux_plan(sb, &out->aux, err);
-  if (!rc) rc = read_gemm_plan(sb, &out->gemm, err);
-  if (!rc) rc = read_permute_plan(sb, &out->permute, err);
+  out->image.abi_version = MOEGEN_RT_ABI_VERSION;
+  if (!rc) rc = moegen_abi_read_plan(sb, &out->image, err);
+  if (!rc) rc = moegen_abi_check_source(out->cu, &out->image, err);
+  if (!rc && !(out->c = moegen_abi_image_c(&out->image, opt))) {
+    err->code = rc = EX_OSERR;
+    snprintf(err->msg, sizeof err->msg, "out of memory");
+  }
   moegen_sandbox_close(sb);
   if (rc) moegen_sources_free(out);
   return rc;

@@ -16,6 +16,30 @@ static inline int moegen_gemm_tall(const moegen_image *img, int64_t max_rows) {
          max_rows >= (int64_t)img->gemm.tall_rows_per_expert * img->gemm.experts;
 }
 
+/* The grouped GEMM ops (each kernel of MOEGEN_KERNELS serves one). */
+typedef enum moegen_gemm_op {
+  MOEGEN_GEMM_OP_FWD,   /* moegen_gemm_fwd */
+  MOEGEN_GEMM_OP_GLU,   /* moegen_gemm1_fwd_glu (gemm1 only) */
+  MOEGEN_GEMM_OP_DGRAD, /* moegen_gemm_dgrad */
+  MOEGEN_GEMM_OP_DGLU,  /* moegen_gemm2_dgrad_glu (gemm2 only) */
+  MOEGEN_GEMM_OP_WGRAD, /* moegen_gemm_wgrad (no tall kernels) */
+  MOEGEN_GEMM_OP_COUNT
+} moegen_gemm_op;
+
+/* The kernel of `op` for GEMM `which` and a call of max_rows rows (the
+ * tall one where moegen_gemm_tall says so), or MOEGEN_KERNEL_COUNT if op
+ * has none for which. The one table of which kernel serves which call. */
+moegen_kernel_id moegen_gemm_kernel(const moegen_image *img, moegen_gemm_id which, moegen_gemm_op op,
+                                    int64_t max_rows);
+
+/* The checks every GEMM op starts with: `which` names a GEMM of op, the
+ * module holds its kernels, 0 <= max_rows <= INT32_MAX, exactly one of
+ * counts and offsets. Sets *id (moegen_gemm_kernel) and *p (its plan). */
+moegen_status moegen_gemm_check(moegen_module *m, const char *what, moegen_gemm_id which,
+                                moegen_gemm_op op, int64_t max_rows, const int32_t *counts,
+                                const int32_t *offsets, moegen_kernel_id *id,
+                                const moegen_gemm_kernel_plan **p);
+
 /* Scratch bytes of a row-tiled GEMM call (forward, dgrad, SwiGLU forward,
  * dgrad + SwiGLU): the sm_90a kernels' tile ticket; none on the portable
  * path. */
@@ -36,12 +60,12 @@ typedef struct moegen_gemm_ticket_req {
  * caller's workspace and on sm_90a zeroes its ticket on `stream` (a memset
  * node; *tk->ticket = its address, NULL on the portable path, whose kernels
  * take no ticket: cuLaunchKernel reads only the parameters a kernel
- * declares); then launches on min(resident CTAs, max_tiles) CTAs. Nothing
- * is enqueued unless the kernel is there and the workspace is good.
- * what: the message of a failed cuLaunchKernel. */
-moegen_status moegen_gemm_launch(moegen_module *m, moegen_kernel_id id,
-                                 const moegen_gemm_kernel_plan *p, long long max_tiles, void **params,
-                                 CUstream stream, const char *what, const moegen_gemm_ticket_req *tk);
+ * declares); then launches params (of signature sig, moegen_params_SIG of
+ * runtime/kernel_args.h) on min(resident CTAs, max_tiles) CTAs. Nothing is
+ * enqueued unless the kernel is there and the workspace is good. */
+moegen_status moegen_gemm_launch(moegen_module *m, moegen_kernel_id id, moegen_signature_id sig,
+                                 const moegen_gemm_kernel_plan *p, long long max_tiles,
+                                 void **params, CUstream stream, const moegen_gemm_ticket_req *tk);
 
 /* Rows of one TMA box of a row tile's A operand (x, dy): the tall kernels
  * load two a k step, one where the tile's second half lies past its

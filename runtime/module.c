@@ -22,35 +22,9 @@
 
 enum { MAX_DEVICES = 64 };
 
-const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT] = {
-    [MOEGEN_KERNEL_ROUTER_FWD] = {"moegen_router_fwd", MOEGEN_UNIT_ROUTER},
-    [MOEGEN_KERNEL_GEMM1_FWD] = {"moegen_gemm1_fwd", MOEGEN_UNIT_GEMM},
-    [MOEGEN_KERNEL_GEMM2_FWD] = {"moegen_gemm2_fwd", MOEGEN_UNIT_GEMM},
-    [MOEGEN_KERNEL_GEMM1_FWD_TALL] = {"moegen_gemm1_fwd_tall", MOEGEN_UNIT_GEMM},
-    [MOEGEN_KERNEL_GEMM2_FWD_TALL] = {"moegen_gemm2_fwd_tall", MOEGEN_UNIT_GEMM},
-    [MOEGEN_KERNEL_ROUTER_BWD] = {"moegen_router_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
-    [MOEGEN_KERNEL_AUX_SCORES_FWD] = {"moegen_aux_scores_fwd", MOEGEN_UNIT_ROUTER_TRAIN},
-    [MOEGEN_KERNEL_AUX_SCORES_BWD] = {"moegen_aux_scores_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
-    [MOEGEN_KERNEL_AUX_LOSS_FWD] = {"moegen_aux_loss_fwd", MOEGEN_UNIT_ROUTER_TRAIN},
-    [MOEGEN_KERNEL_AUX_LOSS_BWD] = {"moegen_aux_loss_bwd", MOEGEN_UNIT_ROUTER_TRAIN},
-    [MOEGEN_KERNEL_GEMM1_DGRAD] = {"moegen_gemm1_dgrad", MOEGEN_UNIT_GEMM_TRAIN},
-    [MOEGEN_KERNEL_GEMM2_DGRAD] = {"moegen_gemm2_dgrad", MOEGEN_UNIT_GEMM_TRAIN},
-    [MOEGEN_KERNEL_GEMM1_WGRAD] = {"moegen_gemm1_wgrad", MOEGEN_UNIT_GEMM_TRAIN},
-    [MOEGEN_KERNEL_GEMM2_WGRAD] = {"moegen_gemm2_wgrad", MOEGEN_UNIT_GEMM_TRAIN},
-    [MOEGEN_KERNEL_GEMM1_FWD_GLU] = {"moegen_gemm1_fwd_glu", MOEGEN_UNIT_GEMM},
-    [MOEGEN_KERNEL_GEMM2_DGRAD_GLU] = {"moegen_gemm2_dgrad_glu", MOEGEN_UNIT_GEMM_TRAIN},
-    [MOEGEN_KERNEL_GEMM1_DGRAD_TALL] = {"moegen_gemm1_dgrad_tall", MOEGEN_UNIT_GEMM_TRAIN},
-    [MOEGEN_KERNEL_GEMM2_DGRAD_TALL] = {"moegen_gemm2_dgrad_tall", MOEGEN_UNIT_GEMM_TRAIN},
-    [MOEGEN_KERNEL_GEMM1_FWD_GLU_TALL] = {"moegen_gemm1_fwd_glu_tall", MOEGEN_UNIT_GEMM},
-    [MOEGEN_KERNEL_GEMM2_DGRAD_GLU_TALL] = {"moegen_gemm2_dgrad_glu_tall", MOEGEN_UNIT_GEMM_TRAIN},
-    [MOEGEN_KERNEL_PERMUTE_ROUTES] = {"moegen_permute_routes", MOEGEN_UNIT_PERMUTE},
-    [MOEGEN_KERNEL_PERMUTE_RANK] = {"moegen_permute_rank", MOEGEN_UNIT_PERMUTE},
-    [MOEGEN_KERNEL_PERMUTE_ROWS] = {"moegen_permute_rows", MOEGEN_UNIT_PERMUTE},
-    [MOEGEN_KERNEL_UNPERMUTE] = {"moegen_unpermute", MOEGEN_UNIT_PERMUTE},
-    [MOEGEN_KERNEL_UNPERMUTE_BWD] = {"moegen_unpermute_bwd", MOEGEN_UNIT_PERMUTE},
-    [MOEGEN_KERNEL_SORT_CHUNKS] = {"moegen_sort_chunks", MOEGEN_UNIT_PERMUTE},
-    [MOEGEN_KERNEL_ROUTER_FWD_SMALL] = {"moegen_router_fwd_small", MOEGEN_UNIT_ROUTER},
-};
+#define KERNEL_DESC(ID, name, UNIT, plan, threads, smem, sig) \
+  [MOEGEN_KERNEL_##ID] = {"moegen_" #name, MOEGEN_UNIT_##UNIT, MOEGEN_SIG_##sig},
+const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT] = {MOEGEN_KERNELS(KERNEL_DESC)};
 
 struct moegen_module {
   const moegen_image *image;
@@ -401,72 +375,56 @@ moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsign
   return MOEGEN_OK;
 }
 
-const moegen_gemm_kernel_plan *moegen_gemm_plan_of(const moegen_gemm_plan *g, moegen_kernel_id id) {
+moegen_status moegen_module_launch(moegen_module *m, moegen_kernel_id id, moegen_signature_id sig,
+                                   CUfunction fn, const moegen_launch_dims *d, void **params,
+                                   CUstream stream, const char *what) {
+  if ((unsigned)id >= MOEGEN_KERNEL_COUNT || moegen_kernels[id].signature != sig)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "%s: internal error: kernel %d launched with the arguments of "
+                              "signature %d (moegen/abi.def)", what, (int)id, (int)sig);
+  CUresult r = m->drv->cuLaunchKernel(fn, d->grid, 1, 1, d->threads, 1, 1, d->smem_bytes, stream,
+                                      params, NULL);
+  if (!r) return MOEGEN_OK;
+  char text[256];
+  moegen_driver_describe(r, text, sizeof text);
+  return moegen_module_fail(m, MOEGEN_ERR_CUDA, "%s: cuLaunchKernel(%s, grid %u, block %u, smem %u): %s",
+                            what, moegen_kernels[id].name, d->grid, d->threads, d->smem_bytes, text);
+}
+
+/* The plan kernel id was rendered with, if it is a GEMM kernel plan. */
+#define GEMM_PLAN_CASE(ID, name, UNIT, plan, threads, smem, sig) \
+  case MOEGEN_KERNEL_##ID:                                           \
+    return _Generic(img->plan, moegen_gemm_kernel_plan                \
+                    : (const moegen_gemm_kernel_plan *)(const void *)&img->plan, default : NULL);
+const moegen_gemm_kernel_plan *moegen_gemm_plan_of(const moegen_image *img, moegen_kernel_id id) {
   switch (id) {
-  case MOEGEN_KERNEL_GEMM1_FWD: return &g->gemm1;
-  case MOEGEN_KERNEL_GEMM2_FWD: return &g->gemm2;
-  case MOEGEN_KERNEL_GEMM1_FWD_TALL: return &g->gemm1_tall;
-  case MOEGEN_KERNEL_GEMM2_FWD_TALL: return &g->gemm2_tall;
-  case MOEGEN_KERNEL_GEMM1_FWD_GLU: return &g->gemm1_glu;
-  case MOEGEN_KERNEL_GEMM1_FWD_GLU_TALL: return &g->gemm1_glu_tall;
-  case MOEGEN_KERNEL_GEMM1_DGRAD: return &g->gemm1_dgrad;
-  case MOEGEN_KERNEL_GEMM2_DGRAD:
-  case MOEGEN_KERNEL_GEMM2_DGRAD_GLU: return &g->gemm2_dgrad;
-  case MOEGEN_KERNEL_GEMM1_DGRAD_TALL: return &g->gemm1_dgrad_tall;
-  case MOEGEN_KERNEL_GEMM2_DGRAD_TALL:
-  case MOEGEN_KERNEL_GEMM2_DGRAD_GLU_TALL: return &g->gemm2_dgrad_tall;
-  case MOEGEN_KERNEL_GEMM1_WGRAD: return &g->gemm1_wgrad;
-  case MOEGEN_KERNEL_GEMM2_WGRAD: return &g->gemm2_wgrad;
+    MOEGEN_KERNELS(GEMM_PLAN_CASE)
   default: return NULL;
   }
 }
 
-/* Block size and dynamic shared memory kernel id launches with; 0 if the
- * image lacks the kernel. */
-static int kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *threads,
-                        unsigned *smem) {
-  if (!(img->units >> moegen_kernels[id].unit & 1u)) return 0;
-  const moegen_router_plan *r = id == MOEGEN_KERNEL_ROUTER_FWD         ? &img->router
-                               : id == MOEGEN_KERNEL_ROUTER_FWD_SMALL ? &img->router_small
-                                                                      : NULL;
-  if (r && r->threads > 0) {
-    *threads = (unsigned)r->threads;
-    *smem = (unsigned)r->smem_bytes;
-    return 1;
+#define SMEM_OF_smem_bytes(plan) (unsigned)(plan).smem_bytes
+#define SMEM_OF_none(plan) 0u
+#define SHAPE_CASE(ID, name, UNIT, plan, threads_field, smem_field, sig) \
+  case MOEGEN_KERNEL_##ID:                                                 \
+    *threads = (unsigned)img->plan.threads_field;                          \
+    *smem = SMEM_OF_##smem_field(img->plan);                               \
+    break;
+void moegen_kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *threads,
+                         unsigned *smem) {
+  *threads = *smem = 0;
+  if ((unsigned)id >= MOEGEN_KERNEL_COUNT || !(img->units >> moegen_kernels[id].unit & 1u)) return;
+  switch (id) {
+    MOEGEN_KERNELS(SHAPE_CASE)
+  default: break;
   }
-  if (id == MOEGEN_KERNEL_ROUTER_BWD && img->router_bwd.experts > 0) {
-    *threads = (unsigned)img->router_bwd.threads;
-    *smem = 0;
-    return 1;
-  }
-  if ((id == MOEGEN_KERNEL_AUX_SCORES_FWD || id == MOEGEN_KERNEL_AUX_SCORES_BWD) &&
-      img->aux.experts > 0) {
-    *threads = (unsigned)img->aux.threads;
-    *smem = 0;
-    return 1;
-  }
-  if ((id == MOEGEN_KERNEL_AUX_LOSS_FWD || id == MOEGEN_KERNEL_AUX_LOSS_BWD) &&
-      img->aux.loss_threads > 0) {
-    *threads = (unsigned)img->aux.loss_threads;
-    *smem = 0;
-    return 1;
-  }
-  const moegen_gemm_kernel_plan *g = img->gemm.supported ? moegen_gemm_plan_of(&img->gemm, id) : NULL;
-  if (g && g->threads > 0) { /* threads = 0: a kernel the module lacks (the portable tall tiles) */
-    *threads = (unsigned)g->threads;
-    *smem = (unsigned)g->smem_bytes;
-    return 1;
-  }
-  if (id >= MOEGEN_KERNEL_PERMUTE_ROUTES && id <= MOEGEN_KERNEL_SORT_CHUNKS &&
-      img->permute.experts > 0) {
-    const moegen_permute_plan *p = &img->permute;
-    *threads = (unsigned)(id <= MOEGEN_KERNEL_PERMUTE_RANK ? p->tile_tokens
-                          : id == MOEGEN_KERNEL_UNPERMUTE || id == MOEGEN_KERNEL_UNPERMUTE_BWD
-                              ? p->gather_threads : p->copy_threads);
-    *smem = 0;
-    return 1;
-  }
-  return 0;
+  if (*threads == 0) *smem = 0;
+}
+
+int moegen_has_kernel(const moegen_image *img, moegen_kernel_id id) {
+  unsigned threads, smem;
+  moegen_kernel_shape(img, id, &threads, &smem);
+  return threads > 0;
 }
 
 typedef struct unit_job {
@@ -512,7 +470,8 @@ static moegen_status load_units(moegen_module *m, unsigned want) {
   for (int id = 0; st == MOEGEN_OK && id < MOEGEN_KERNEL_COUNT; id++) {
     unsigned threads, smem;
     if (!(want >> moegen_kernels[id].unit & 1u)) continue;
-    if (!kernel_shape(m->image, (moegen_kernel_id)id, &threads, &smem)) continue;
+    moegen_kernel_shape(m->image, (moegen_kernel_id)id, &threads, &smem);
+    if (threads == 0) continue;
     CUfunction fn;
     moegen_device_info dev;
     st = moegen_module_kernel(m, (moegen_kernel_id)id, threads, smem, &fn, &dev);

@@ -5,48 +5,38 @@
 #include "driver.h"
 #include "moegen/runtime.h"
 
-/* Kernels a module may hold, by fixed extern "C" name. */
-typedef enum moegen_kernel_id {
-  MOEGEN_KERNEL_ROUTER_FWD = 0,
-  MOEGEN_KERNEL_GEMM1_FWD,
-  MOEGEN_KERNEL_GEMM2_FWD,
-  MOEGEN_KERNEL_GEMM1_FWD_TALL,
-  MOEGEN_KERNEL_GEMM2_FWD_TALL,
-  MOEGEN_KERNEL_ROUTER_BWD,
-  MOEGEN_KERNEL_AUX_SCORES_FWD,
-  MOEGEN_KERNEL_AUX_SCORES_BWD,
-  MOEGEN_KERNEL_AUX_LOSS_FWD,
-  MOEGEN_KERNEL_AUX_LOSS_BWD,
-  MOEGEN_KERNEL_GEMM1_DGRAD,   /* templates/grouped_gemm_bwd_sm90.cu.lt */
-  MOEGEN_KERNEL_GEMM2_DGRAD,
-  MOEGEN_KERNEL_GEMM1_WGRAD,
-  MOEGEN_KERNEL_GEMM2_WGRAD,
-  MOEGEN_KERNEL_GEMM1_FWD_GLU,
-  MOEGEN_KERNEL_GEMM2_DGRAD_GLU,
-  MOEGEN_KERNEL_GEMM1_DGRAD_TALL,
-  MOEGEN_KERNEL_GEMM2_DGRAD_TALL,
-  MOEGEN_KERNEL_GEMM1_FWD_GLU_TALL,
-  MOEGEN_KERNEL_GEMM2_DGRAD_GLU_TALL,
-  MOEGEN_KERNEL_PERMUTE_ROUTES, /* templates/permute.cu.lt */
-  MOEGEN_KERNEL_PERMUTE_RANK,
-  MOEGEN_KERNEL_PERMUTE_ROWS,
-  MOEGEN_KERNEL_UNPERMUTE,
-  MOEGEN_KERNEL_UNPERMUTE_BWD,
-  MOEGEN_KERNEL_SORT_CHUNKS,
-  MOEGEN_KERNEL_ROUTER_FWD_SMALL, /* templates/router.cu.lt, where plan.router_small has it */
-  MOEGEN_KERNEL_COUNT
-} moegen_kernel_id;
+/* Kernels a module may hold (moegen/abi.def's MOEGEN_KERNELS, in its order). */
+#define MOEGEN_KERNEL_ID_(ID, name, UNIT, plan, threads, smem, sig) MOEGEN_KERNEL_##ID,
+typedef enum moegen_kernel_id { MOEGEN_KERNELS(MOEGEN_KERNEL_ID_) MOEGEN_KERNEL_COUNT } moegen_kernel_id;
+#undef MOEGEN_KERNEL_ID_
 
-/* Each kernel's extern "C" name and the compile unit that holds it. */
+/* Kernel parameter lists (abi.def's MOEGEN_SIGNATURES). */
+#define MOEGEN_SIGNATURE_ID_(sig, params) MOEGEN_SIG_##sig,
+typedef enum moegen_signature_id {
+  MOEGEN_SIGNATURES(MOEGEN_SIGNATURE_ID_, , , , ) MOEGEN_SIG_COUNT
+} moegen_signature_id;
+#undef MOEGEN_SIGNATURE_ID_
+
+/* Each kernel's extern "C" name, compile unit and parameter list. */
 typedef struct moegen_kernel_desc {
   const char *name; /* "moegen_router_fwd" */
   moegen_unit unit;
+  moegen_signature_id signature;
 } moegen_kernel_desc;
 extern const moegen_kernel_desc moegen_kernels[MOEGEN_KERNEL_COUNT];
 
-/* The launch plan of GEMM kernel id in g (the one table of which plan each
- * GEMM kernel was rendered with), or NULL if id is no GEMM kernel. */
-const moegen_gemm_kernel_plan *moegen_gemm_plan_of(const moegen_gemm_plan *g, moegen_kernel_id id);
+/* Block size and dynamic shared memory kernel id launches with (from the
+ * plan abi.def names); *threads = 0: the image lacks the kernel -- the one
+ * kernel-absent rule: a block size of 0, or a unit without kernels. */
+void moegen_kernel_shape(const moegen_image *img, moegen_kernel_id id, unsigned *threads,
+                         unsigned *smem);
+
+/* 1 if the image holds kernel id. Pure. */
+int moegen_has_kernel(const moegen_image *img, moegen_kernel_id id);
+
+/* The plan GEMM kernel id was rendered with (abi.def's plan column), or
+ * NULL if id is no GEMM kernel. */
+const moegen_gemm_kernel_plan *moegen_gemm_plan_of(const moegen_image *img, moegen_kernel_id id);
 
 /* Device facts an op needs to size its grid. */
 typedef struct moegen_device_info {
@@ -70,6 +60,19 @@ moegen_status moegen_module_create_owned(moegen_image *image, void (*free_image)
  * (which device is current). Errors are recorded as the module's last error. */
 moegen_status moegen_module_kernel(moegen_module *m, moegen_kernel_id id, unsigned threads,
                                    unsigned smem_bytes, CUfunction *fn, moegen_device_info *dev);
+
+/* Grid and block of one launch. */
+typedef struct moegen_launch_dims {
+  unsigned grid, threads, smem_bytes;
+} moegen_launch_dims;
+
+/* Launches kernel fn (kernel id, from moegen_module_kernel) with params of
+ * signature sig (runtime/kernel_args.h's moegen_launch_SIG fills them):
+ * INVALID_ARGUMENT if id does not take sig, a failed cuLaunchKernel
+ * recorded as "what: cuLaunchKernel(NAME): ...". */
+moegen_status moegen_module_launch(moegen_module *m, moegen_kernel_id id, moegen_signature_id sig,
+                                   CUfunction fn, const moegen_launch_dims *d, void **params,
+                                   CUstream stream, const char *what);
 
 /* The driver table (valid after a successful module_create). */
 const moegen_driver *moegen_module_driver(const moegen_module *m);

@@ -4,41 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernel_args.h"
 #include "module.h"
-
-/* Kernel argument blocks; must match aux::ScoresArgs and aux::LossArgs in aux_loss.cu.lt. */
-typedef struct aux_scores_params {
-  const void *logits;
-  float *scores;
-  uint8_t *map;
-  uint8_t *bitmap;
-  float *inter;
-  const float *grad;
-  void *grad_logits;
-} aux_scores_params;
-
-typedef struct aux_loss_params {
-  const void *probs;
-  const void *tpe;
-  const int64_t *n_dev;
-  int64_t n_host;
-  float e_coeff_k;
-  void *aux;
-  float *cc;
-  unsigned *counter;
-  float *partials;
-  const void *grad_aux;
-  void *grad_probs;
-  int64_t n;
-  int cols;
-  int probs_dtype;
-  int tpe_dtype;
-} aux_loss_params;
+#include "ops.h"
 
 /* The done-counter sits at offset 0, the partials at offset 16. */
 enum { PARTIALS_OFFSET = 16, GRAD_BLOCKS_CAP = 4096 };
-
-static int misaligned(const void *p) { return ((uintptr_t)p & 15u) != 0; }
 
 /* ---------------------------------------------------------------- scores */
 
@@ -46,7 +17,7 @@ moegen_status moegen_aux_scores_shape_of(const moegen_image *image, int64_t num_
                                          moegen_aux_scores_shape *shape) {
   if (!image || !shape || num_tokens < 0) return MOEGEN_ERR_INVALID_ARGUMENT;
   int64_t E = image->aux.experts;
-  if (E <= 0) return MOEGEN_ERR_NOT_SUPPORTED;
+  if (!moegen_has_kernel(image, MOEGEN_KERNEL_AUX_SCORES_FWD)) return MOEGEN_ERR_NOT_SUPPORTED;
   memset(shape, 0, sizeof *shape);
   shape->scores[0] = shape->routing_map[0] = shape->routing_bitmap[0] = num_tokens;
   shape->intermediate[0] = shape->grad_logits[0] = num_tokens;
@@ -59,37 +30,22 @@ moegen_status moegen_aux_scores_shape_of(const moegen_image *image, int64_t num_
 /* Checks shared by the score ops: the module has them, T fits. */
 static moegen_status check_scores(moegen_module *m, const char *op, int64_t T) {
   const moegen_aux_plan *p = &moegen_module_image(m)->aux;
-  if (p->experts <= 0)
-    return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED, "%s: module has no aux-loss kernels", op);
-  if (T < 0)
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "%s: num_tokens = %lld < 0", op,
-                              (long long)T);
-  if (T > INT32_MAX / p->experts)
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "%s: num_tokens * experts = %lld * %d exceeds INT32_MAX", op,
-                              (long long)T, p->experts);
-  return MOEGEN_OK;
+  moegen_status st = moegen_require_kernel(m, MOEGEN_KERNEL_AUX_SCORES_FWD, op);
+  return st != MOEGEN_OK ? st : moegen_check_tokens(m, op, T, p->experts, "experts");
 }
 
 /* Launches score kernel id over T > 0 tokens. */
 static moegen_status launch_scores(moegen_module *m, moegen_kernel_id id, const char *op,
-                                   int64_t T, aux_scores_params *prm, CUstream stream) {
+                                   int64_t T, moegen_aux_scores_params *prm, CUstream stream) {
   const moegen_aux_plan *p = &moegen_module_image(m)->aux;
   CUfunction fn;
   moegen_device_info dev;
   moegen_status st = moegen_module_kernel(m, id, (unsigned)p->threads, 0, &fn, &dev);
   if (st != MOEGEN_OK) return st;
-  int t = (int)T;
-  unsigned grid = (unsigned)((T + p->tokens_per_block - 1) / p->tokens_per_block);
-  void *params[] = {prm, &t};
-  CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, grid, 1, 1, (unsigned)p->threads, 1, 1,
-                                                       0, stream, params, NULL);
-  if (r) {
-    char what[64];
-    snprintf(what, sizeof what, "%s: cuLaunchKernel", op);
-    return moegen_module_cuda_fail(m, r, what);
-  }
-  return MOEGEN_OK;
+  moegen_launch_dims dims = {(unsigned)((T + p->tokens_per_block - 1) / p->tokens_per_block),
+                            (unsigned)p->threads, 0};
+  moegen_args_aux_scores args = {.a = *prm, .T = (int)T};
+  return moegen_launch_aux_scores(m, id, fn, &dims, &args, stream, op);
 }
 
 moegen_status moegen_aux_scores_fwd(moegen_module *m, const moegen_aux_scores_fwd_args *a,
@@ -100,12 +56,12 @@ moegen_status moegen_aux_scores_fwd(moegen_module *m, const moegen_aux_scores_fw
   if (!a->logits || !a->scores || !a->intermediate)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "aux_scores_fwd: %s is NULL",
                               !a->logits ? "logits" : !a->scores ? "scores" : "intermediate");
-  if (misaligned(a->logits) || misaligned(a->scores) || misaligned(a->intermediate) ||
-      misaligned(a->routing_map))
+  if (moegen_misaligned(a->logits) || moegen_misaligned(a->scores) || moegen_misaligned(a->intermediate) ||
+      moegen_misaligned(a->routing_map))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "aux_scores_fwd: logits, scores, intermediate and routing_map must "
                               "be 16-byte aligned");
-  aux_scores_params prm = {.logits = a->logits, .scores = a->scores, .map = a->routing_map,
+  moegen_aux_scores_params prm = {.logits = a->logits, .scores = a->scores, .map = a->routing_map,
                            .bitmap = a->routing_bitmap, .inter = a->intermediate};
   return launch_scores(m, MOEGEN_KERNEL_AUX_SCORES_FWD, "aux_scores_fwd", a->num_tokens, &prm,
                        stream);
@@ -120,11 +76,11 @@ moegen_status moegen_aux_scores_bwd(moegen_module *m, const moegen_aux_scores_bw
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "aux_scores_bwd: %s is NULL",
                               !a->grad_scores ? "grad_scores"
                               : !a->intermediate ? "intermediate" : "grad_logits");
-  if (misaligned(a->grad_scores) || misaligned(a->intermediate) || misaligned(a->grad_logits))
+  if (moegen_misaligned(a->grad_scores) || moegen_misaligned(a->intermediate) || moegen_misaligned(a->grad_logits))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "aux_scores_bwd: grad_scores, intermediate and grad_logits must be "
                               "16-byte aligned");
-  aux_scores_params prm = {.inter = (float *)a->intermediate, .grad = a->grad_scores,
+  moegen_aux_scores_params prm = {.inter = (float *)a->intermediate, .grad = a->grad_scores,
                            .grad_logits = a->grad_logits};
   return launch_scores(m, MOEGEN_KERNEL_AUX_SCORES_BWD, "aux_scores_bwd", a->num_tokens, &prm,
                        stream);
@@ -144,7 +100,7 @@ moegen_status moegen_aux_loss_shape_of(const moegen_image *image, int64_t rows, 
                                        moegen_aux_loss_shape *shape) {
   if (!image || !shape || rows < 0 || cols <= 0 || cols > INT32_MAX)
     return MOEGEN_ERR_INVALID_ARGUMENT;
-  if (image->aux.loss_threads <= 0) return MOEGEN_ERR_NOT_SUPPORTED;
+  if (!moegen_has_kernel(image, MOEGEN_KERNEL_AUX_LOSS_FWD)) return MOEGEN_ERR_NOT_SUPPORTED;
   memset(shape, 0, sizeof *shape);
   shape->grad_probs[0] = rows;
   shape->grad_probs[1] = cols;
@@ -156,17 +112,17 @@ moegen_status moegen_aux_loss_shape_of(const moegen_image *image, int64_t rows, 
 /* Checks shared by the loss ops: sizes and dtypes. */
 static moegen_status check_loss(moegen_module *m, const char *op, int64_t rows, int64_t cols,
                                 int dtype, moegen_count_dtype tpe_dtype) {
-  if (moegen_module_image(m)->aux.loss_threads <= 0)
-    return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED, "%s: module has no aux-loss kernels", op);
+  moegen_status st = moegen_require_kernel(m, MOEGEN_KERNEL_AUX_LOSS_FWD, op);
+  if (st != MOEGEN_OK) return st;
   if (rows < 0 || cols <= 0 || cols > INT32_MAX)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: shape [%lld, %lld] needs rows >= 0 and 0 < cols <= INT32_MAX", op,
                               (long long)rows, (long long)cols);
   if (rows > INT64_MAX / cols)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "%s: rows * cols overflows", op);
-  if (dtype < 0 || dtype > 2)
+  if (!moegen_dtype_size(dtype))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "%s: dtype = %d is not fp32 (0), bf16 (1) or fp16 (2)", op, dtype);
+                              "%s: dtype = %d is not a moegen_dtype", op, dtype);
   if ((unsigned)tpe_dtype > MOEGEN_COUNT_INT16)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: tpe_dtype = %d is not a moegen_count_dtype", op, (int)tpe_dtype);
@@ -193,7 +149,7 @@ static moegen_status check_loss_fwd(moegen_module *m, const moegen_aux_loss_fwd_
                               : !a->tokens_per_expert ? "tokens_per_expert" : "probs");
   moegen_aux_loss_shape sh;
   moegen_aux_loss_shape_of(moegen_module_image(m), a->rows, a->cols, &sh);
-  if (!a->workspace || a->workspace_bytes < sh.workspace_bytes || misaligned(a->workspace))
+  if (!a->workspace || a->workspace_bytes < sh.workspace_bytes || moegen_misaligned(a->workspace))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: workspace needs %zu bytes, 16-byte aligned (got %zu at %p)", op,
                               sh.workspace_bytes, a->workspace_bytes, a->workspace);
@@ -214,7 +170,7 @@ moegen_status moegen_aux_loss_fwd(moegen_module *m, const moegen_aux_loss_fwd_ar
   CUresult r = d->cuMemsetD32Async((CUdeviceptr)(uintptr_t)a->workspace, 0, 1, stream);
   if (r) return moegen_module_cuda_fail(m, r, "aux_loss_fwd: cuMemsetD32Async(workspace counter)");
   int64_t n = a->rows * a->cols;
-  aux_loss_params prm = {.probs = a->probs,
+  moegen_aux_loss_params prm = {.probs = a->probs,
                          .tpe = a->tokens_per_expert,
                          .n_dev = a->total_num_tokens_dev,
                          .n_host = a->total_num_tokens,
@@ -227,11 +183,10 @@ moegen_status moegen_aux_loss_fwd(moegen_module *m, const moegen_aux_loss_fwd_ar
                          .cols = (int)a->cols,
                          .probs_dtype = a->probs_dtype,
                          .tpe_dtype = (int)a->tpe_dtype};
-  void *params[] = {&prm};
-  r = d->cuLaunchKernel(fn, loss_blocks(p, n), 1, 1, (unsigned)p->loss_threads, 1, 1, 0, stream,
-                        params, NULL);
-  if (r) return moegen_module_cuda_fail(m, r, "aux_loss_fwd: cuLaunchKernel");
-  return MOEGEN_OK;
+  moegen_launch_dims dims = {loss_blocks(p, n), (unsigned)p->loss_threads, 0};
+  moegen_args_aux_loss args = {.a = prm};
+  return moegen_launch_aux_loss(m, MOEGEN_KERNEL_AUX_LOSS_FWD, fn, &dims, &args, stream,
+                                "aux_loss_fwd");
 }
 
 moegen_status moegen_aux_loss_bwd(moegen_module *m, const moegen_aux_loss_bwd_args *a,
@@ -251,7 +206,7 @@ moegen_status moegen_aux_loss_bwd(moegen_module *m, const moegen_aux_loss_bwd_ar
   if (st != MOEGEN_OK) return st;
   int64_t n = a->rows * a->cols;
   int64_t blocks = (n + p->loss_threads - 1) / p->loss_threads;
-  aux_loss_params prm = {.tpe = a->tokens_per_expert,
+  moegen_aux_loss_params prm = {.tpe = a->tokens_per_expert,
                          .cc = (float *)a->aux_const,
                          .grad_aux = a->grad_aux,
                          .grad_probs = a->grad_probs,
@@ -259,10 +214,9 @@ moegen_status moegen_aux_loss_bwd(moegen_module *m, const moegen_aux_loss_bwd_ar
                          .cols = (int)a->cols,
                          .probs_dtype = a->grad_dtype,
                          .tpe_dtype = (int)a->tpe_dtype};
-  void *params[] = {&prm};
-  CUresult r = moegen_module_driver(m)->cuLaunchKernel(
-      fn, (unsigned)(blocks < GRAD_BLOCKS_CAP ? blocks : GRAD_BLOCKS_CAP), 1, 1,
-      (unsigned)p->loss_threads, 1, 1, 0, stream, params, NULL);
-  if (r) return moegen_module_cuda_fail(m, r, "aux_loss_bwd: cuLaunchKernel");
-  return MOEGEN_OK;
+  moegen_launch_dims dims = {(unsigned)(blocks < GRAD_BLOCKS_CAP ? blocks : GRAD_BLOCKS_CAP),
+                            (unsigned)p->loss_threads, 0};
+  moegen_args_aux_loss args = {.a = prm};
+  return moegen_launch_aux_loss(m, MOEGEN_KERNEL_AUX_LOSS_BWD, fn, &dims, &args, stream,
+                                "aux_loss_bwd");
 }

@@ -10,22 +10,63 @@
 #include <string.h>
 
 #include "gemm_tiles.h"
+#include "kernel_args.h"
 #include "module.h"
+#include "ops.h"
 #include "tma.h"
 
-/* The plan of GEMM `which`, or NULL if which is not 1 or 2. */
-static const moegen_gemm_kernel_plan *kernel_plan(const moegen_image *img, moegen_gemm_id which) {
-  if (which == MOEGEN_GEMM1) return &img->gemm.gemm1;
-  if (which == MOEGEN_GEMM2) return &img->gemm.gemm2;
-  return NULL;
+#define NONE MOEGEN_KERNEL_COUNT
+/* [op][which - 1][tall] */
+static const moegen_kernel_id gemm_kernels[MOEGEN_GEMM_OP_COUNT][2][2] = {
+    [MOEGEN_GEMM_OP_FWD] = {{MOEGEN_KERNEL_GEMM1_FWD, MOEGEN_KERNEL_GEMM1_FWD_TALL},
+                            {MOEGEN_KERNEL_GEMM2_FWD, MOEGEN_KERNEL_GEMM2_FWD_TALL}},
+    [MOEGEN_GEMM_OP_GLU] = {{MOEGEN_KERNEL_GEMM1_FWD_GLU, MOEGEN_KERNEL_GEMM1_FWD_GLU_TALL},
+                            {NONE, NONE}},
+    [MOEGEN_GEMM_OP_DGRAD] = {{MOEGEN_KERNEL_GEMM1_DGRAD, MOEGEN_KERNEL_GEMM1_DGRAD_TALL},
+                              {MOEGEN_KERNEL_GEMM2_DGRAD, MOEGEN_KERNEL_GEMM2_DGRAD_TALL}},
+    [MOEGEN_GEMM_OP_DGLU] = {{NONE, NONE},
+                             {MOEGEN_KERNEL_GEMM2_DGRAD_GLU, MOEGEN_KERNEL_GEMM2_DGRAD_GLU_TALL}},
+    [MOEGEN_GEMM_OP_WGRAD] = {{MOEGEN_KERNEL_GEMM1_WGRAD, MOEGEN_KERNEL_GEMM1_WGRAD},
+                              {MOEGEN_KERNEL_GEMM2_WGRAD, MOEGEN_KERNEL_GEMM2_WGRAD}},
+};
+#undef NONE
+
+moegen_kernel_id moegen_gemm_kernel(const moegen_image *img, moegen_gemm_id which, moegen_gemm_op op,
+                                    int64_t max_rows) {
+  if ((which != MOEGEN_GEMM1 && which != MOEGEN_GEMM2) || (unsigned)op >= MOEGEN_GEMM_OP_COUNT)
+    return MOEGEN_KERNEL_COUNT;
+  return gemm_kernels[op][which - 1][moegen_gemm_tall(img, max_rows)];
+}
+
+moegen_status moegen_gemm_check(moegen_module *m, const char *what, moegen_gemm_id which,
+                                moegen_gemm_op op, int64_t max_rows, const int32_t *counts,
+                                const int32_t *offsets, moegen_kernel_id *id,
+                                const moegen_gemm_kernel_plan **p) {
+  const moegen_image *img = moegen_module_image(m);
+  *id = moegen_gemm_kernel(img, which, op, max_rows);
+  if (*id == MOEGEN_KERNEL_COUNT)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "%s: which = %d names no GEMM of it",
+                              what, (int)which);
+  moegen_status st = moegen_require_kernel(m, moegen_gemm_kernel(img, which, op, 0), what);
+  if (st != MOEGEN_OK) return st;
+  if (max_rows < 0 || max_rows > INT32_MAX)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "%s: max_rows = %lld is outside [0, INT32_MAX]", what,
+                              (long long)max_rows);
+  if ((counts == NULL) == (offsets == NULL))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "%s: give exactly one of counts and offsets", what);
+  *p = moegen_gemm_plan_of(img, *id);
+  return MOEGEN_OK;
 }
 
 moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id which,
                                        int64_t max_rows, moegen_gemm_fwd_shape *shape) {
   if (!image || !shape || max_rows < 0) return MOEGEN_ERR_INVALID_ARGUMENT;
-  const moegen_gemm_kernel_plan *p = kernel_plan(image, which);
-  if (!p) return MOEGEN_ERR_INVALID_ARGUMENT;
-  if (!image->gemm.supported) return MOEGEN_ERR_NOT_SUPPORTED;
+  moegen_kernel_id id = moegen_gemm_kernel(image, which, MOEGEN_GEMM_OP_FWD, 0);
+  if (id == MOEGEN_KERNEL_COUNT) return MOEGEN_ERR_INVALID_ARGUMENT;
+  if (!moegen_has_kernel(image, id)) return MOEGEN_ERR_NOT_SUPPORTED;
+  const moegen_gemm_kernel_plan *p = moegen_gemm_plan_of(image, id);
   memset(shape, 0, sizeof *shape);
   shape->x[0] = shape->y[0] = max_rows;
   shape->x[1] = shape->w[2] = p->k;
@@ -53,9 +94,9 @@ static moegen_status zero_ticket(moegen_module *m, const moegen_gemm_ticket_req 
   return MOEGEN_OK;
 }
 
-moegen_status moegen_gemm_launch(moegen_module *m, moegen_kernel_id id,
-                                 const moegen_gemm_kernel_plan *p, long long max_tiles, void **params,
-                                 CUstream stream, const char *what, const moegen_gemm_ticket_req *tk) {
+moegen_status moegen_gemm_launch(moegen_module *m, moegen_kernel_id id, moegen_signature_id sig,
+                                 const moegen_gemm_kernel_plan *p, long long max_tiles,
+                                 void **params, CUstream stream, const moegen_gemm_ticket_req *tk) {
   CUfunction fn;
   moegen_device_info dev;
   moegen_status st = moegen_module_kernel(m, id, (unsigned)p->threads, (unsigned)p->smem_bytes, &fn, &dev);
@@ -64,30 +105,16 @@ moegen_status moegen_gemm_launch(moegen_module *m, moegen_kernel_id id,
   long long grid = (long long)dev.sm_count * dev.blocks_per_sm; /* one CTA per SM, persistent */
   if (grid > max_tiles) grid = max_tiles;
   if (grid < 1) grid = 1;
-  CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, (unsigned)grid, 1, 1, (unsigned)p->threads,
-                                                       1, 1, (unsigned)p->smem_bytes, stream, params,
-                                                       NULL);
-  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
+  const moegen_launch_dims d = {(unsigned)grid, (unsigned)p->threads, (unsigned)p->smem_bytes};
+  return moegen_module_launch(m, id, sig, fn, &d, params, stream, tk ? tk->op : "gemm_wgrad");
 }
 
 /* Cheap metadata checks; the counts stay on the device (no value checks). */
-static moegen_status check_args(moegen_module *m, const moegen_gemm_fwd_args *a) {
-  const moegen_image *img = moegen_module_image(m);
-  if (!kernel_plan(img, a->which))
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "gemm_fwd: which = %d is not MOEGEN_GEMM1 or MOEGEN_GEMM2",
-                              (int)a->which);
-  if (!img->gemm.supported)
-    return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
-                              "gemm_fwd: module %s (%s) has no grouped GEMM kernels (they need "
-                              "sm_80 or later and hidden, ffn multiples of 8)", img->name, img->arch);
-  if (a->max_rows < 0 || a->max_rows > INT32_MAX)
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "gemm_fwd: max_rows = %lld is outside [0, INT32_MAX]",
-                              (long long)a->max_rows);
-  if ((a->counts == NULL) == (a->offsets == NULL))
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "gemm_fwd: give exactly one of counts and offsets");
+static moegen_status check_args(moegen_module *m, const moegen_gemm_fwd_args *a, moegen_kernel_id *id,
+                                const moegen_gemm_kernel_plan **p) {
+  moegen_status st = moegen_gemm_check(m, "gemm_fwd", a->which, MOEGEN_GEMM_OP_FWD, a->max_rows,
+                                       a->counts, a->offsets, id, p);
+  if (st != MOEGEN_OK) return st;
   if (a->max_rows > 0 && (!a->x || !a->w || !a->y))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "gemm_fwd: x, w or y is NULL");
   if (((uintptr_t)a->x | (uintptr_t)a->w | (uintptr_t)a->y) % 16)
@@ -99,31 +126,27 @@ static moegen_status check_args(moegen_module *m, const moegen_gemm_fwd_args *a)
 
 moegen_status moegen_gemm_fwd(moegen_module *m, const moegen_gemm_fwd_args *a, CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
-  moegen_status st = check_args(m, a);
+  moegen_kernel_id id;
+  const moegen_gemm_kernel_plan *p;
+  moegen_status st = check_args(m, a, &id, &p);
   if (st != MOEGEN_OK || a->max_rows == 0) return st;
   const moegen_image *img = moegen_module_image(m);
-  const int g1 = a->which == MOEGEN_GEMM1, tall = moegen_gemm_tall(img, a->max_rows);
-  const moegen_kernel_id id = tall ? (g1 ? MOEGEN_KERNEL_GEMM1_FWD_TALL : MOEGEN_KERNEL_GEMM2_FWD_TALL)
-                                   : (g1 ? MOEGEN_KERNEL_GEMM1_FWD : MOEGEN_KERNEL_GEMM2_FWD);
-  const moegen_gemm_kernel_plan *p = moegen_gemm_plan_of(&img->gemm, id);
   const unsigned long long E = (unsigned long long)img->gemm.experts;
   const unsigned long long N = (unsigned long long)p->n, K = (unsigned long long)p->k;
-  moegen_gemm_operand mx, mw;
-  st = moegen_gemm_operand_2d(m, &mx, a->x, a->max_rows, (long long)K, MOEGEN_GEMM_A_BOX_ROWS,
+  moegen_args_gemm_fwd args = {.y = a->y, .counts = a->counts, .offsets = a->offsets,
+                               .max_rows = (int)a->max_rows, .tickets = NULL};
+  st = moegen_gemm_operand_2d(m, &args.mx, a->x, a->max_rows, (long long)K, MOEGEN_GEMM_A_BOX_ROWS,
                               (unsigned)p->bk, "gemm_fwd: cuTensorMapEncodeTiled(x)");
   if (st == MOEGEN_OK)
-    st = moegen_gemm_operand_3d(m, &mw, a->w, (long long)E, (long long)N, (long long)K,
+    st = moegen_gemm_operand_3d(m, &args.mw, a->w, (long long)E, (long long)N, (long long)K,
                                 (unsigned)p->bn, (unsigned)p->bk,
                                 "gemm_fwd: cuTensorMapEncodeTiled(w)");
   if (st != MOEGEN_OK) return st;
 
   /* The most tiles the rows could make (caps the persistent grid). */
   long long max_tiles = ((a->max_rows + p->bm - 1) / p->bm + (long long)E) * ((p->n + p->bn - 1) / p->bn);
-  int max_rows = (int)a->max_rows;
-  void *y = a->y, *ticket = NULL;
-  const int32_t *counts = a->counts, *offsets = a->offsets;
-  void *params[] = {moegen_gemm_operand_param(m, &mx), moegen_gemm_operand_param(m, &mw),
-                    &y, &counts, &offsets, &max_rows, &ticket};
-  const moegen_gemm_ticket_req tk = {"gemm_fwd", a->workspace, a->workspace_bytes, &ticket};
-  return moegen_gemm_launch(m, id, p, max_tiles, params, stream, "gemm_fwd: cuLaunchKernel", &tk);
+  void *params[MOEGEN_MAX_PARAMS];
+  moegen_params_gemm_fwd(&args, img->gemm.portable, params);
+  const moegen_gemm_ticket_req tk = {"gemm_fwd", a->workspace, a->workspace_bytes, &args.tickets};
+  return moegen_gemm_launch(m, id, MOEGEN_SIG_gemm_fwd, p, max_tiles, params, stream, &tk);
 }

@@ -33,7 +33,9 @@ static size_t take(size_t *cursor, size_t bytes) {
 /* The layout for up to max_tokens tokens; NOT_SUPPORTED if the module lacks
  * a kernel the layer needs. */
 static moegen_status layout_of(const moegen_image *img, int64_t max_tokens, layer_layout *L) {
-  if (!img->gemm.supported || img->permute.experts == 0 || img->router.experts == 0)
+  if (!moegen_has_kernel(img, MOEGEN_KERNEL_GEMM1_FWD_GLU) ||
+      !moegen_has_kernel(img, MOEGEN_KERNEL_PERMUTE_ROUTES) ||
+      !moegen_has_kernel(img, MOEGEN_KERNEL_ROUTER_FWD))
     return MOEGEN_ERR_NOT_SUPPORTED;
   const int64_t T = max_tokens, E = img->router.experts, K = img->router.topk;
   const int64_t H = img->gemm.gemm1.k, F = img->gemm.gemm2.k;

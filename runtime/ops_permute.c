@@ -7,74 +7,9 @@
 #include <limits.h>
 #include <string.h>
 
+#include "kernel_args.h"
 #include "module.h"
-
-/* Kernel argument blocks; each must match the struct of the same role in
- * permute.cu.lt (perm::RoutesArgs, RankArgs, RowsArgs, CombineArgs,
- * UnpermuteBwdArgs, SortArgs). */
-typedef struct permute_routes_params {
-  const int32_t *idx;
-  const uint8_t *map;
-  int32_t *tile_counts;
-  const int32_t *row_map;
-  const float *gpp;
-  float *gprobs;
-} permute_routes_params;
-
-typedef struct permute_rank_params {
-  const int32_t *idx;
-  const uint8_t *map;
-  const float *probs;
-  const int32_t *counts_in;
-  const int32_t *tile_counts;
-  int32_t *row_map;
-  float *pprobs;
-  int32_t *offsets;
-  int32_t *counts;
-  int32_t *dropped;
-} permute_rank_params;
-
-typedef struct permute_rows_params {
-  const void *x;
-  void *rows;
-  const int32_t *row_map;
-  const int32_t *offsets;
-  const int32_t *counts;
-  float *pprobs;
-} permute_rows_params;
-
-typedef struct unpermute_params {
-  const void *rows;
-  const int32_t *row_map;
-  const float *probs;
-  void *out;
-} unpermute_params;
-
-typedef struct unpermute_bwd_params {
-  const void *gout;
-  const int32_t *row_map;
-  const float *probs;
-  const void *rows;
-  void *grows;
-  float *gprobs;
-  const int32_t *offsets;
-  const int32_t *counts;
-} unpermute_bwd_params;
-
-typedef struct sort_chunks_params {
-  const void *in;
-  void *out;
-  const int32_t *split;
-  const int32_t *order;
-  const float *pin;
-  float *pout;
-  int32_t *row_map;
-} sort_chunks_params;
-
-static int misaligned(const void *p) { return ((uintptr_t)p & 15u) != 0; }
-
-/* Bytes of one element of moegen_dtype d, or 0 if d is not one. */
-static int dtype_size(int d) { return d == 0 ? 4 : d == 1 || d == 2 ? 2 : 0; }
+#include "ops.h"
 
 /* Tiles of the index kernels for T tokens (at least one, so T = 0 still
  * writes the offsets). */
@@ -103,7 +38,7 @@ moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tok
   if (!image || !shape || num_tokens < 0 || bad_layout(align, capacity))
     return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_permute_plan *p = &image->permute;
-  if (p->experts <= 0) return MOEGEN_ERR_NOT_SUPPORTED;
+  if (!moegen_has_kernel(image, MOEGEN_KERNEL_PERMUTE_ROUTES)) return MOEGEN_ERR_NOT_SUPPORTED;
   memset(shape, 0, sizeof *shape);
   int64_t R = rows_bound(p, num_tokens, align, capacity);
   shape->rows[0] = shape->permuted_probs[0] = R;
@@ -121,10 +56,7 @@ moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tok
 static moegen_status plan_of(moegen_module *m, const char *what, const moegen_permute_plan **p) {
   const moegen_image *img = moegen_module_image(m);
   *p = &img->permute;
-  if ((*p)->experts > 0) return MOEGEN_OK;
-  return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
-                            "%s: module %s has no permute kernels (they need hidden %% 8 == 0)",
-                            what, img->name);
+  return moegen_require_kernel(m, MOEGEN_KERNEL_PERMUTE_ROUTES, what);
 }
 
 /* Common checks: T range, dtype; *nv = 16-byte vectors per row. */
@@ -134,29 +66,27 @@ static moegen_status check_common(moegen_module *m, const moegen_permute_plan *p
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: num_tokens = %lld is outside [0, INT32_MAX / (2 * K)]", what,
                               (long long)T);
-  if (!dtype_size(dtype))
+  if (!moegen_dtype_size(dtype))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "%s: dtype = %d is not fp32 (0), bf16 (1) or fp16 (2)", what, dtype);
-  *nv = p->hidden * dtype_size(dtype) / 16;
+                              "%s: dtype = %d is not a moegen_dtype", what, dtype);
+  *nv = p->hidden * moegen_dtype_size(dtype) / 16;
   return MOEGEN_OK;
 }
 
-/* Launches kernel id with `blocks` blocks of `threads` (blocks <= 0: a
- * persistent grid of one wave, capped at -blocks). */
-static moegen_status launch(moegen_module *m, moegen_kernel_id id, long long blocks,
-                            unsigned threads, void **params, CUstream stream, const char *what) {
-  CUfunction fn;
+/* Loads kernel id and sizes its launch: `blocks` blocks of `threads`
+ * (blocks <= 0: a persistent grid of one wave, capped at -blocks). */
+static moegen_status prepare(moegen_module *m, moegen_kernel_id id, long long blocks,
+                             unsigned threads, CUfunction *fn, moegen_launch_dims *d) {
   moegen_device_info dev;
-  moegen_status st = moegen_module_kernel(m, id, threads, 0, &fn, &dev);
+  moegen_status st = moegen_module_kernel(m, id, threads, 0, fn, &dev);
   if (st != MOEGEN_OK) return st;
   if (blocks <= 0) {
     long long wave = (long long)dev.sm_count * dev.blocks_per_sm;
     blocks = -blocks < wave ? -blocks : wave;
     if (blocks < 1) blocks = 1;
   }
-  CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, (unsigned)blocks, 1, 1, threads, 1, 1,
-                                                       0, stream, params, NULL);
-  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
+  *d = (moegen_launch_dims){(unsigned)blocks, threads, 0};
+  return MOEGEN_OK;
 }
 
 /* ---------------------------------------------------------------- permute */
@@ -189,8 +119,8 @@ static moegen_status check_permute(moegen_module *m, const moegen_permute_plan *
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "permute_fwd: workspace of %zu bytes at %p, need %zu (see "
                               "moegen_permute_shape_of)", a->workspace_bytes, a->workspace, need);
-  if (misaligned(a->x) || misaligned(a->rows) || misaligned(a->routing_map) ||
-      misaligned(a->workspace))
+  if (moegen_misaligned(a->x) || moegen_misaligned(a->rows) || moegen_misaligned(a->routing_map) ||
+      moegen_misaligned(a->workspace))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "permute_fwd: x, rows, routing_map and workspace must be 16-byte "
                               "aligned");
@@ -206,29 +136,38 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a,
   if (st != MOEGEN_OK) return st;
   int T = (int)a->num_tokens, R = (int)rows_bound(p, a->num_tokens, a->align, a->capacity);
   long long tiles = tiles_of(p, a->num_tokens);
-  int mode = 0, align = a->align, capacity = a->capacity;
-  permute_routes_params rp = {a->topk_indices, a->routing_map, a->workspace, NULL, NULL, NULL};
-  void *rparams[] = {&rp, &T, &mode};
-  st = launch(m, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles, (unsigned)p->tile_tokens, rparams, stream,
-              "permute_fwd: cuLaunchKernel(routes)");
-  if (st != MOEGEN_OK) return st;
-  permute_rank_params kp = {a->topk_indices, a->routing_map, a->probs, a->expert_counts,
-                            a->workspace, a->row_map, a->permuted_probs, a->offsets, a->counts,
-                            a->num_dropped};
-  void *kparams[] = {&kp, &T, &R, &align, &capacity};
-  st = launch(m, MOEGEN_KERNEL_PERMUTE_RANK, tiles, (unsigned)p->tile_tokens, kparams, stream,
-              "permute_fwd: cuLaunchKernel(rank)");
+  CUfunction fn;
+  moegen_launch_dims d;
+  moegen_args_permute_routes routes = {
+      .a = {a->topk_indices, a->routing_map, a->workspace, NULL, NULL, NULL}, .T = T, .mode = 0};
+  st = prepare(m, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles, (unsigned)p->tile_tokens, &fn, &d);
+  if (st == MOEGEN_OK)
+    st = moegen_launch_permute_routes(m, MOEGEN_KERNEL_PERMUTE_ROUTES, fn, &d, &routes, stream,
+                                      "permute_fwd");
+  moegen_args_permute_rank rank = {
+      .a = {a->topk_indices, a->routing_map, a->probs, a->expert_counts, a->workspace, a->row_map,
+            a->permuted_probs, a->offsets, a->counts, a->num_dropped},
+      .T = T, .R = R, .align = a->align, .capacity = a->capacity};
+  if (st == MOEGEN_OK)
+    st = prepare(m, MOEGEN_KERNEL_PERMUTE_RANK, tiles, (unsigned)p->tile_tokens, &fn, &d);
+  if (st == MOEGEN_OK)
+    st = moegen_launch_permute_rank(m, MOEGEN_KERNEL_PERMUTE_RANK, fn, &d, &rank, stream,
+                                    "permute_fwd");
   if (st != MOEGEN_OK || (!a->rows && !a->permuted_probs)) return st;
-  permute_rows_params wp = {a->x, a->rows, a->row_map, a->offsets, a->counts, a->permuted_probs};
-  void *wparams[] = {&wp, &T, &R, &nv};
+  moegen_args_permute_rows rows = {
+      .a = {a->x, a->rows, a->row_map, a->offsets, a->counts, a->permuted_probs},
+      .T = T, .R = R, .nv = nv};
   /* One group per token or zero unit, not a persistent wave: blocks that
    * retire and start keep more rows in flight than a wave looping over
    * tokens (DeepSeek-V3 T = 16384: 0.584 -> 0.565 ms for the rows kernel,
    * bench/RESULTS.md run 7). */
   int per_block = p->copy_threads / p->copy_group;
   long long units = (long long)T + p->experts + (R + p->zero_chunk - 1) / p->zero_chunk;
-  return launch(m, MOEGEN_KERNEL_PERMUTE_ROWS, (units + per_block - 1) / per_block,
-                (unsigned)p->copy_threads, wparams, stream, "permute_fwd: cuLaunchKernel(rows)");
+  st = prepare(m, MOEGEN_KERNEL_PERMUTE_ROWS, (units + per_block - 1) / per_block,
+               (unsigned)p->copy_threads, &fn, &d);
+  if (st != MOEGEN_OK) return st;
+  return moegen_launch_permute_rows(m, MOEGEN_KERNEL_PERMUTE_ROWS, fn, &d, &rows, stream,
+                                    "permute_fwd");
 }
 
 /* ---------------------------------------------------------------- combine */
@@ -240,12 +179,16 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a,
 static moegen_status combine(moegen_module *m, const moegen_permute_plan *p, int64_t num_tokens,
                              int dtype, int nv, const void *rows, const int32_t *row_map,
                              const float *probs, void *out, CUstream stream, const char *what) {
-  int T = (int)num_tokens;
-  unpermute_params cp = {rows, row_map, probs, out};
-  void *params[] = {&cp, &T, &dtype};
+  moegen_args_unpermute args = {.a = {rows, row_map, probs, out}, .T = (int)num_tokens,
+                                 .dtype = dtype};
   long long vecs = (long long)num_tokens * nv;
-  return launch(m, MOEGEN_KERNEL_UNPERMUTE, -((vecs + p->gather_threads - 1) / p->gather_threads),
-                (unsigned)p->gather_threads, params, stream, what);
+  CUfunction fn;
+  moegen_launch_dims d;
+  moegen_status st = prepare(m, MOEGEN_KERNEL_UNPERMUTE,
+                             -((vecs + p->gather_threads - 1) / p->gather_threads),
+                             (unsigned)p->gather_threads, &fn, &d);
+  if (st != MOEGEN_OK) return st;
+  return moegen_launch_unpermute(m, MOEGEN_KERNEL_UNPERMUTE, fn, &d, &args, stream, what);
 }
 
 moegen_status moegen_unpermute_fwd(moegen_module *m, const moegen_unpermute_args *a,
@@ -259,11 +202,11 @@ moegen_status moegen_unpermute_fwd(moegen_module *m, const moegen_unpermute_args
   if (!a->rows || !a->row_map || !a->out)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "unpermute_fwd: rows, row_map and out are required");
-  if (misaligned(a->rows) || misaligned(a->out))
+  if (moegen_misaligned(a->rows) || moegen_misaligned(a->out))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "unpermute_fwd: rows and out must be 16-byte aligned");
   return combine(m, p, a->num_tokens, a->dtype, nv, a->rows, a->row_map, a->merging_probs, a->out,
-                 stream, "unpermute_fwd: cuLaunchKernel");
+                 stream, "unpermute_fwd");
 }
 
 moegen_status moegen_permute_bwd(moegen_module *m, const moegen_permute_bwd_args *a,
@@ -278,22 +221,26 @@ moegen_status moegen_permute_bwd(moegen_module *m, const moegen_permute_bwd_args
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "permute_bwd: row_map is required; grad_x needs grad_rows and "
                               "grad_probs needs grad_permuted_probs");
-  if (misaligned(a->grad_rows) || misaligned(a->grad_x) || misaligned(a->routing_map))
+  if (moegen_misaligned(a->grad_rows) || moegen_misaligned(a->grad_x) || moegen_misaligned(a->routing_map))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "permute_bwd: grad_rows, grad_x and routing_map must be 16-byte "
                               "aligned");
   if (a->grad_x) {
     st = combine(m, p, a->num_tokens, a->dtype, nv, a->grad_rows, a->row_map, NULL, a->grad_x,
-                 stream, "permute_bwd: cuLaunchKernel(combine)");
+                 stream, "permute_bwd");
     if (st != MOEGEN_OK) return st;
   }
   if (!a->grad_probs) return MOEGEN_OK;
-  int T = (int)a->num_tokens, mode = 1;
-  permute_routes_params rp = {NULL, a->routing_map, NULL, a->row_map, a->grad_permuted_probs,
-                              a->grad_probs};
-  void *params[] = {&rp, &T, &mode};
-  return launch(m, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles_of(p, a->num_tokens),
-                (unsigned)p->tile_tokens, params, stream, "permute_bwd: cuLaunchKernel(probs)");
+  moegen_args_permute_routes args = {
+      .a = {NULL, a->routing_map, NULL, a->row_map, a->grad_permuted_probs, a->grad_probs},
+      .T = (int)a->num_tokens, .mode = 1};
+  CUfunction fn;
+  moegen_launch_dims d;
+  st = prepare(m, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles_of(p, a->num_tokens), (unsigned)p->tile_tokens,
+               &fn, &d);
+  if (st != MOEGEN_OK) return st;
+  return moegen_launch_permute_routes(m, MOEGEN_KERNEL_PERMUTE_ROUTES, fn, &d, &args, stream,
+                                      "permute_bwd");
 }
 
 /* ---------------------------------------------------------------- unpermute backward */
@@ -316,17 +263,23 @@ moegen_status moegen_unpermute_bwd(moegen_module *m, const moegen_unpermute_bwd_
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "unpermute_bwd: row_map, offsets, counts, grad_out and grad_rows "
                               "are required; grad_probs needs rows");
-  if (misaligned(a->grad_out) || misaligned(a->rows) || misaligned(a->grad_rows))
+  if (moegen_misaligned(a->grad_out) || moegen_misaligned(a->rows) || moegen_misaligned(a->grad_rows))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "unpermute_bwd: grad_out, rows and grad_rows must be 16-byte aligned");
-  int T = (int)a->num_tokens, R = (int)a->num_rows, dtype = a->dtype;
-  unpermute_bwd_params bp = {a->grad_out, a->row_map, a->merging_probs, a->rows, a->grad_rows,
-                             a->grad_probs, a->offsets, a->counts};
-  void *params[] = {&bp, &T, &R, &nv, &dtype};
+  int T = (int)a->num_tokens, R = (int)a->num_rows;
+  moegen_args_unpermute_bwd args = {
+      .a = {a->grad_out, a->row_map, a->merging_probs, a->rows, a->grad_rows, a->grad_probs,
+            a->offsets, a->counts},
+      .T = T, .R = R, .nv = nv, .dtype = a->dtype};
   int per_block = p->gather_threads / p->gather_group;
   long long units = (long long)T + p->experts + (R + p->zero_chunk - 1) / p->zero_chunk;
-  return launch(m, MOEGEN_KERNEL_UNPERMUTE_BWD, -((units + per_block - 1) / per_block),
-                (unsigned)p->gather_threads, params, stream, "unpermute_bwd: cuLaunchKernel");
+  CUfunction fn;
+  moegen_launch_dims d;
+  st = prepare(m, MOEGEN_KERNEL_UNPERMUTE_BWD, -((units + per_block - 1) / per_block),
+               (unsigned)p->gather_threads, &fn, &d);
+  if (st != MOEGEN_OK) return st;
+  return moegen_launch_unpermute_bwd(m, MOEGEN_KERNEL_UNPERMUTE_BWD, fn, &d, &args, stream,
+                                     "unpermute_bwd");
 }
 
 /* ---------------------------------------------------------------- chunk sort */
@@ -356,14 +309,18 @@ moegen_status moegen_sort_chunks(moegen_module *m, const moegen_sort_chunks_args
   if (a->backward && a->row_map)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "sort_chunks: row_map is a forward output (backward = 1 given)");
-  if (misaligned(a->in) || misaligned(a->out))
+  if (moegen_misaligned(a->in) || moegen_misaligned(a->out))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "sort_chunks: in and out must be 16-byte aligned");
-  int N = (int)a->num_rows, S = a->num_chunks, backward = a->backward ? 1 : 0;
-  sort_chunks_params sp = {a->in, a->out, a->split_sizes, a->sorted_index, a->probs,
-                           a->out_probs, a->row_map};
-  void *params[] = {&sp, &N, &S, &nv, &backward};
+  moegen_args_sort_chunks args = {
+      .a = {a->in, a->out, a->split_sizes, a->sorted_index, a->probs, a->out_probs, a->row_map},
+      .N = (int)a->num_rows, .S = a->num_chunks, .nv = nv, .backward = a->backward ? 1 : 0};
   int per_block = p->copy_threads / p->copy_group;
-  return launch(m, MOEGEN_KERNEL_SORT_CHUNKS, -(((long long)N + per_block - 1) / per_block),
-                (unsigned)p->copy_threads, params, stream, "sort_chunks: cuLaunchKernel");
+  CUfunction fn;
+  moegen_launch_dims d;
+  st = prepare(m, MOEGEN_KERNEL_SORT_CHUNKS, -(((long long)args.N + per_block - 1) / per_block),
+               (unsigned)p->copy_threads, &fn, &d);
+  if (st != MOEGEN_OK) return st;
+  return moegen_launch_sort_chunks(m, MOEGEN_KERNEL_SORT_CHUNKS, fn, &d, &args, stream,
+                                   "sort_chunks");
 }

@@ -3,29 +3,15 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernel_args.h"
 #include "module.h"
-
-/* Kernel argument block; must match router::Outputs in router.cu.lt. */
-typedef struct router_fwd_params {
-  const void *logits;
-  const float *bias;
-  void *probs;
-  uint8_t *map;
-  uint8_t *bitmap;
-  void *idx;
-  float *weights;
-  float *inter;
-  int32_t *counts;
-  int32_t *qb_hist;
-  const float *qb_bounds;
-  float *qb_cutoff;
-} router_fwd_params;
+#include "ops.h"
 
 moegen_status moegen_router_fwd_shape_of(const moegen_image *image, int64_t num_tokens,
                                          moegen_router_fwd_shape *shape) {
   if (!image || !shape || num_tokens < 0) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_router_plan *p = &image->router;
-  if (p->experts <= 0) return MOEGEN_ERR_NOT_SUPPORTED;
+  if (!moegen_has_kernel(image, MOEGEN_KERNEL_ROUTER_FWD)) return MOEGEN_ERR_NOT_SUPPORTED;
   memset(shape, 0, sizeof *shape);
   int64_t T = num_tokens, E = p->experts, K = p->topk;
   shape->probs[0] = shape->routing_map[0] = shape->intermediate[0] = T;
@@ -43,15 +29,9 @@ moegen_status moegen_router_fwd_shape_of(const moegen_image *image, int64_t num_
 /* Cheap metadata checks; no value checks (they would need a sync). */
 static moegen_status check_args(moegen_module *m, const moegen_router_fwd_args *a) {
   const moegen_router_plan *p = &moegen_module_image(m)->router;
-  if (p->experts <= 0)
-    return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED, "router_fwd: module has no router");
-  if (a->num_tokens < 0)
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_fwd: num_tokens = %lld < 0",
-                              (long long)a->num_tokens);
-  if (a->num_tokens > INT32_MAX / p->experts)
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "router_fwd: num_tokens * experts = %lld * %d exceeds INT32_MAX",
-                              (long long)a->num_tokens, p->experts);
+  moegen_status st = moegen_require_kernel(m, MOEGEN_KERNEL_ROUTER_FWD, "router_fwd");
+  if (st == MOEGEN_OK) st = moegen_check_tokens(m, "router_fwd", a->num_tokens, p->experts, "experts");
+  if (st != MOEGEN_OK) return st;
   if (a->num_tokens > 0 && !a->logits)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_fwd: logits is NULL");
   if ((unsigned)a->index_dtype > MOEGEN_INDEX_INT64)
@@ -103,9 +83,10 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
   if (st != MOEGEN_OK) return st;
   const moegen_image *img = moegen_module_image(m);
   const moegen_router_plan *p = &img->router;
+  moegen_kernel_id id = MOEGEN_KERNEL_ROUTER_FWD;
   CUfunction fn;
   moegen_device_info dev;
-  st = moegen_module_kernel(m, MOEGEN_KERNEL_ROUTER_FWD, (unsigned)p->threads,
+  st = moegen_module_kernel(m, id, (unsigned)p->threads,
                             (unsigned)p->smem_bytes, &fn, &dev);
   if (st != MOEGEN_OK) return st;
   /* Small T is one latency-bound chain per warp: the small-T kernel (more
@@ -117,30 +98,28 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
     int64_t warps = (a->num_tokens + tokens_per_warp - 1) / tokens_per_warp;
     if (warps <= (int64_t)q->max_warps_per_sm * dev.sm_count) {
       p = q;
-      st = moegen_module_kernel(m, MOEGEN_KERNEL_ROUTER_FWD_SMALL, (unsigned)p->threads,
+      id = MOEGEN_KERNEL_ROUTER_FWD_SMALL;
+      st = moegen_module_kernel(m, id, (unsigned)p->threads,
                                 (unsigned)p->smem_bytes, &fn, &dev);
       if (st != MOEGEN_OK) return st;
     }
   }
   const moegen_driver *d = moegen_module_driver(m);
-  CUresult r;
   if (a->expert_counts) {
-    r = d->cuMemsetD32Async((CUdeviceptr)(uintptr_t)a->expert_counts, 0, (size_t)p->experts, stream);
+    CUresult r = d->cuMemsetD32Async((CUdeviceptr)(uintptr_t)a->expert_counts, 0, (size_t)p->experts, stream);
     if (r) return moegen_module_cuda_fail(m, r, "router_fwd: cuMemsetD32Async(expert_counts)");
   }
   if (a->num_tokens == 0) return MOEGEN_OK;
-  int T = (int)a->num_tokens;
-  unsigned threads, grid;
-  launch_shape(p, &dev, a->num_tokens, &threads, &grid);
-  router_fwd_params prm = {a->logits, a->expert_bias, a->probs, a->routing_map, a->routing_bitmap,
-                           a->topk_indices, a->topk_weights, a->intermediate, a->expert_counts,
-                           a->qb_histogram, a->qb_bounds, a->qb_cutoff};
-  int index_dtype = (int)a->index_dtype, qb_bins = a->qb_bins;
-  void *params[] = {&prm, &T, &index_dtype, &qb_bins};
-  r = d->cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, (unsigned)p->smem_bytes, stream,
-                        params, NULL);
-  if (r) return moegen_module_cuda_fail(m, r, "router_fwd: cuLaunchKernel");
-  return MOEGEN_OK;
+  moegen_launch_dims dims = {0, 0, (unsigned)p->smem_bytes};
+  launch_shape(p, &dev, a->num_tokens, &dims.threads, &dims.grid);
+  moegen_args_router_fwd args = {
+      .o = {a->logits, a->expert_bias, a->probs, a->routing_map, a->routing_bitmap, a->topk_indices,
+            a->topk_weights, a->intermediate, a->expert_counts, a->qb_histogram, a->qb_bounds,
+            a->qb_cutoff},
+      .T = (int)a->num_tokens,
+      .index_dtype = (int)a->index_dtype,
+      .qb_bins = a->qb_bins};
+  return moegen_launch_router_fwd(m, id, fn, &dims, &args, stream, "router_fwd");
 }
 
 moegen_status moegen_router_qb_check_bounds(moegen_module *m, const float *bounds, CUstream stream) {

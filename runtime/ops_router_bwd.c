@@ -2,23 +2,14 @@
 #include <limits.h>
 #include <string.h>
 
+#include "kernel_args.h"
 #include "module.h"
-
-/* Kernel argument block; must match rbwd::BwdArgs in router_bwd.cu.lt. */
-typedef struct router_bwd_params {
-  const void *grad;
-  const float *grad_w;
-  const float *inter;
-  const uint8_t *map;
-  const uint8_t *bitmap;
-  const void *idx;
-  void *out;
-} router_bwd_params;
+#include "ops.h"
 
 moegen_status moegen_router_bwd_shape_of(const moegen_image *image, int64_t num_tokens,
                                          moegen_router_bwd_shape *shape) {
   if (!image || !shape || num_tokens < 0) return MOEGEN_ERR_INVALID_ARGUMENT;
-  if (image->router_bwd.experts <= 0) return MOEGEN_ERR_NOT_SUPPORTED;
+  if (!moegen_has_kernel(image, MOEGEN_KERNEL_ROUTER_BWD)) return MOEGEN_ERR_NOT_SUPPORTED;
   memset(shape, 0, sizeof *shape);
   shape->grad_logits[0] = num_tokens;
   shape->grad_logits[1] = image->router_bwd.experts;
@@ -26,20 +17,12 @@ moegen_status moegen_router_bwd_shape_of(const moegen_image *image, int64_t num_
   return MOEGEN_OK;
 }
 
-static int misaligned(const void *p) { return ((uintptr_t)p & 15u) != 0; }
-
 /* Cheap metadata checks; no value checks (they would need a sync). */
 static moegen_status check_args(moegen_module *m, const moegen_router_bwd_args *a) {
   const moegen_router_bwd_plan *p = &moegen_module_image(m)->router_bwd;
-  if (p->experts <= 0)
-    return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED, "router_bwd: module has no router backward");
-  if (a->num_tokens < 0)
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_bwd: num_tokens = %lld < 0",
-                              (long long)a->num_tokens);
-  if (a->num_tokens > INT32_MAX / p->experts)
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "router_bwd: num_tokens * experts = %lld * %d exceeds INT32_MAX",
-                              (long long)a->num_tokens, p->experts);
+  moegen_status st = moegen_require_kernel(m, MOEGEN_KERNEL_ROUTER_BWD, "router_bwd");
+  if (st == MOEGEN_OK) st = moegen_check_tokens(m, "router_bwd", a->num_tokens, p->experts, "experts");
+  if (st != MOEGEN_OK) return st;
   if ((unsigned)a->index_dtype > MOEGEN_INDEX_INT64)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "router_bwd: index_dtype = %d is not a moegen_index_dtype",
@@ -64,8 +47,8 @@ static moegen_status check_args(moegen_module *m, const moegen_router_bwd_args *
   if (!a->intermediate || !a->grad_logits)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_bwd: %s is NULL",
                               a->intermediate ? "grad_logits" : "intermediate");
-  if (misaligned(a->grad_probs) || misaligned(a->intermediate) || misaligned(a->routing_map) ||
-      misaligned(a->grad_logits))
+  if (moegen_misaligned(a->grad_probs) || moegen_misaligned(a->intermediate) || moegen_misaligned(a->routing_map) ||
+      moegen_misaligned(a->grad_logits))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "router_bwd: grad_probs, intermediate, routing_map and grad_logits "
                               "must be 16-byte aligned");
@@ -81,14 +64,14 @@ moegen_status moegen_router_bwd(moegen_module *m, const moegen_router_bwd_args *
   moegen_device_info dev;
   st = moegen_module_kernel(m, MOEGEN_KERNEL_ROUTER_BWD, (unsigned)p->threads, 0, &fn, &dev);
   if (st != MOEGEN_OK) return st;
-  int T = (int)a->num_tokens;
-  unsigned grid = (unsigned)((a->num_tokens + p->tokens_per_block - 1) / p->tokens_per_block);
-  router_bwd_params prm = {a->grad_probs, a->grad_weights, a->intermediate, a->routing_map,
-                           a->routing_bitmap, a->topk_indices, a->grad_logits};
-  int index_dtype = (int)a->index_dtype;
-  void *params[] = {&prm, &T, &index_dtype};
-  CUresult r = moegen_module_driver(m)->cuLaunchKernel(fn, grid, 1, 1, (unsigned)p->threads, 1, 1,
-                                                       0, stream, params, NULL);
-  if (r) return moegen_module_cuda_fail(m, r, "router_bwd: cuLaunchKernel");
-  return MOEGEN_OK;
+  moegen_launch_dims dims = {
+      (unsigned)((a->num_tokens + p->tokens_per_block - 1) / p->tokens_per_block),
+      (unsigned)p->threads, 0};
+  moegen_args_router_bwd args = {
+      .a = {a->grad_probs, a->grad_weights, a->intermediate, a->routing_map, a->routing_bitmap,
+            a->topk_indices, a->grad_logits},
+      .T = (int)a->num_tokens,
+      .index_dtype = (int)a->index_dtype};
+  return moegen_launch_router_bwd(m, MOEGEN_KERNEL_ROUTER_BWD, fn, &dims, &args, stream,
+                                  "router_bwd");
 }

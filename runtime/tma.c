@@ -38,7 +38,3 @@ moegen_status moegen_gemm_operand_3d(moegen_module *m, moegen_gemm_operand *op, 
   const unsigned box[3] = {box_cols, box_rows, 1};
   return encode(m, &op->map, base, 3, dims, strides, box, what);
 }
-
-void *moegen_gemm_operand_param(moegen_module *m, moegen_gemm_operand *op) {
-  return portable(m) ? (void *)&op->ptr : (void *)&op->map;
-}

@@ -27,7 +27,4 @@ moegen_status moegen_gemm_operand_3d(moegen_module *m, moegen_gemm_operand *op, 
                                      long long E, long long rows, long long cols,
                                      unsigned box_rows, unsigned box_cols, const char *what);
 
-/* The kernel parameter of op (an entry of cuLaunchKernel's params). */
-void *moegen_gemm_operand_param(moegen_module *m, moegen_gemm_operand *op);
-
 #endif

@@ -30,7 +30,7 @@ end
 
 local function align16(n) return (n + 15) // 16 * 16 end
 
-local dtype_bytes = { fp32 = 4, bf16 = 2, fp16 = 2 }
+local dtype_bytes = abi.dtype_bytes
 local dtype_ctype = { fp32 = "float", bf16 = "bf16_t", fp16 = "fp16_t" }
 
 -- Router forward (templates/router.cu.lt). A token is served by `lanes`
@@ -180,7 +180,9 @@ local function router_plan(target, vec_bytes, small)
     -- the expert histogram, one slot per token
     smem_bytes = fixed + tokens_per_block * slot_bytes,
     logits_type = dtype_ctype[cfg.logits_dtype],
-    logits_dtype_id = ({ fp32 = 0, bf16 = 1, fp16 = 2 })[cfg.logits_dtype],
+    logits_dtype = abi.dtype[cfg.logits_dtype],
+    has_bias = cfg.expert_bias and 1 or 0,
+    qb = cfg.quantile_balancing and 1 or 0,
   }
   return p
 end
@@ -212,7 +214,7 @@ local function row_plan(E, esize)
     threads = threads,
     tokens_per_block = threads // lanes,
     logits_type = dtype_ctype[cfg.logits_dtype],
-    logits_dtype_id = ({ fp32 = 0, bf16 = 1, fp16 = 2 })[cfg.logits_dtype],
+    logits_dtype = abi.dtype[cfg.logits_dtype],
   }
 end
 
@@ -454,7 +456,8 @@ local function mma_kernel_plan(N, K, E, sm, C, glu, extra)
   }
 end
 
--- A kernel the module does not have (the portable path's tall tiles).
+-- A kernel the module does not have (the portable path's tall tiles; every
+-- kernel where there are none): threads = 0 is moegen/abi.def's absent rule.
 local NO_KERNEL = { n = 0, k = 0, bm = 0, bn = 0, bk = 0, stages = 0, threads = 0, smem_bytes = 0 }
 
 local function gemm_plan()
@@ -466,7 +469,6 @@ local function gemm_plan()
   if shapes_ok and opt.arch ~= "sm_90a" and sm >= 80 then
     return {
       experts = E,
-      supported = 1,
       portable = 1,
       gemm1 = mma_kernel_plan(2 * F, H, E, sm, 2 * F),
       gemm2 = mma_kernel_plan(H, F, E, sm, H),
@@ -483,10 +485,16 @@ local function gemm_plan()
       gemm1_glu_tall = NO_KERNEL,
     }
   end
-  local ok = opt.arch == "sm_90a" and shapes_ok
+  if not (opt.arch == "sm_90a" and shapes_ok) then -- no GEMM kernels: every plan NO_KERNEL
+    local p = { experts = E, portable = 0, tall_rows_per_expert = 0 }
+    for _, k in pairs(abi.kernels) do
+      local member = k.plan:match("^gemm%.(.+)$")
+      if member then p[member] = NO_KERNEL end
+    end
+    return p
+  end
   return {
     experts = E,
-    supported = ok and 1 or 0,
     portable = 0,
     gemm1 = gemm_kernel_plan(2 * F, H, E),
     gemm2 = gemm_kernel_plan(H, F, E),
@@ -576,17 +584,16 @@ local function permute_plan()
   --    costs < 1%; it gains only the hint: ~0.58-0.59 ms.
   local COMBINE_LOADS = 8
   return {
-    supported = ok and 1 or 0,
     experts = E,
     topk = K,
     hidden = H,
     row_vecs = nv,
-    tile_tokens = tile,
+    tile_tokens = ok and tile or 0, -- block sizes 0: no permute kernels (abi.def)
     map_vec = pow2_dividing(16, E),
-    copy_threads = 256,
+    copy_threads = ok and 256 or 0,
     copy_group = cg,
     copy_iters = (nv + cg - 1) // cg,
-    gather_threads = 256,
+    gather_threads = ok and 256 or 0,
     gather_group = math.min(32, pow2_ceil(nv)),
     combine_vecs = math.max(1, COMBINE_LOADS // K),
     zero_chunk = 16,

@@ -193,7 +193,7 @@ int main(void) {
   CUDA_CHECK(cudaStreamCreate(&stream));
   int32_t counts[EXAMPLE_MOE_EXPERTS];
   int32_t *d_counts = run_router(m, stream, counts);
-  if (img->gemm.supported) {
+  if (img->units >> MOEGEN_UNIT_GEMM & 1u) { /* the unit is empty without GEMM kernels */
     run_gemm(m, MOEGEN_GEMM1, T * EXAMPLE_MOE_TOPK, d_counts, counts, stream);
     run_gemm(m, MOEGEN_GEMM2, T * EXAMPLE_MOE_TOPK, d_counts, counts, stream);
   } else {

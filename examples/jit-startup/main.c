@@ -123,8 +123,8 @@ int main(int argc, char **argv) {
   int failed = total != (long)T * K;
   if (failed) printf("FAIL: the expert counts sum to %ld, not T*K = %ld\n", total, (long)T * K);
 
-  if (!img->gemm.supported) printf("gemm: not in this module (arch %s), skipped\n", img->arch);
-  for (int g = 1; img->gemm.supported && g <= 2; g++) {
+  if (!(img->units >> MOEGEN_UNIT_GEMM & 1u)) printf("gemm: not in this module (arch %s), skipped\n", img->arch);
+  for (int g = 1; (img->units >> MOEGEN_UNIT_GEMM & 1u) && g <= 2; g++) {
     moegen_gemm_fwd_shape s;
     example_check(moegen_gemm_fwd_shape_of(img, (moegen_gemm_id)g, (int64_t)T * K, &s), m,
                   "gemm shape");

@@ -15,27 +15,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "moegen/types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Score function; the values are TransformerEngine's C enum ints. */
-typedef enum moegen_score {
-  MOEGEN_SCORE_SIGMOID = 0,
-  MOEGEN_SCORE_SOFTMAX = 1,
-  MOEGEN_SCORE_SQRTSOFTPLUS = 2
-} moegen_score;
-
-typedef enum moegen_dtype {
-  MOEGEN_DTYPE_FP32 = 0,
-  MOEGEN_DTYPE_BF16 = 1,
-  MOEGEN_DTYPE_FP16 = 2
-} moegen_dtype;
-
-/* Hard limits of the generated kernels (checked by validation). */
-#define MOEGEN_MAX_EXPERTS 2048
-#define MOEGEN_MAX_TOPK 32
-#define MOEGEN_MAX_GROUPS 32 /* groups > 1 map to lanes of one warp */
 
 /* Field ids, in the order of the config keys (see moegen_config_key_name). */
 typedef enum moegen_field {

@@ -35,14 +35,11 @@ typedef struct moegen_gen_options {
 typedef struct moegen_sources {
   char *cu;                 /* NAME.cu: self-contained kernel source */
   char *h;                  /* NAME.h: the module's C API */
-  char *c;                  /* the image definition of NAME.c (moegen_generate adds the data) */
-  unsigned units;           /* bit u set: compile unit u (moegen_unit) holds kernels */
-  moegen_router_plan router;
-  moegen_router_plan router_small; /* experts = 0: no small-T router kernel */
-  moegen_router_bwd_plan router_bwd;
-  moegen_aux_plan aux;
-  moegen_gemm_plan gemm;
-  moegen_permute_plan permute;
+  char *c;                  /* the image definition of NAME.c (moegen_generate adds the data),
+                             * printed from `image` */
+  moegen_image image;       /* abi_version, units and every plan; the strings and cubins are
+                             * the consumer's (NULL here): the AOT text above and the JIT's
+                             * heap image are both this struct */
   char *config_lua;         /* the config as a Lua table */
   char *command_line;       /* opt->command_line, made safe to put inside a C comment */
 } moegen_sources;

@@ -29,7 +29,8 @@ extern "C" {
 /* Same typedef as cuda.h / cuda_runtime.h (cudaStream_t is this type too). */
 typedef struct CUstream_st *CUstream;
 
-#define MOEGEN_RT_ABI_VERSION 8 /* 8: the router plan's max_warps_per_sm; 7: the sm_90a wgrad kernels take a dW tensor map */
+#include "moegen/types.h"
+#include "moegen/abi.def" /* MOEGEN_RT_ABI_VERSION, the plan structs, the kernels */
 
 typedef enum moegen_status {
   MOEGEN_OK = 0,
@@ -50,87 +51,17 @@ const char *moegen_status_string(moegen_status s);
 
 /* ---------------------------------------------------------------- images */
 
-/* Launch plan of the router forward kernel, chosen by templates/plan.lua. */
-typedef struct moegen_router_plan {
-  int experts;          /* E */
-  int topk;             /* K */
-  int threads;          /* block size */
-  int tokens_per_block; /* tokens one block handles per iteration */
-  int smem_bytes;       /* dynamic shared memory per block (the grid is one full wave) */
-  int logits_dtype;     /* moegen_dtype of logits and probs */
-  int has_bias;         /* 1 if the kernel reads expert_bias */
-  int qb;               /* 1 for quantile balancing (SPEC 3): cutoff + histogram outputs */
-  int max_warps_per_sm; /* small-T kernel: serves a call while it needs at most this many warps an SM */
-} moegen_router_plan;
-
-/* Launch plan of the router backward kernel (templates/plan.lua). */
-typedef struct moegen_router_bwd_plan {
-  int experts;          /* E */
-  int topk;             /* K */
-  int threads;          /* block size */
-  int tokens_per_block; /* tokens one block handles */
-  int grad_dtype;       /* moegen_dtype of grad_probs and grad_logits (= logits dtype) */
-} moegen_router_bwd_plan;
-
-/* Launch plan of the aux-loss kernels (templates/plan.lua): the score
- * kernels share the router backward's row layout; the loss is a flat
- * reduction whose grid is capped at loss_max_blocks. */
-typedef struct moegen_aux_plan {
-  int experts;          /* E */
-  int topk;             /* K of the score routing map */
-  int threads;          /* block size of the score kernels */
-  int tokens_per_block; /* tokens one score block handles */
-  int logits_dtype;     /* moegen_dtype of the score kernels' logits */
-  int loss_threads;     /* block size of the loss kernels */
-  int loss_unroll;      /* elements per thread per loss-loop step */
-  int loss_max_blocks;  /* grid cap of the loss forward (one fp32 partial each) */
-} moegen_aux_plan;
-
-/* Launch plan of one grouped GEMM forward kernel (templates/plan.lua). */
-typedef struct moegen_gemm_kernel_plan {
-  int n, k;         /* output columns, reduction length (compile-time in the kernel) */
-  int bm, bn, bk;   /* tile */
-  int stages;       /* TMA pipeline depth */
-  int threads;      /* block size: a producer and two consumer warpgroups */
-  int smem_bytes;   /* dynamic shared memory per block (one block per SM, persistent) */
-} moegen_gemm_kernel_plan;
-
-/* Launch plans of the grouped GEMMs: gemm1 is [rows, H] x [E, 2F, H]^T, gemm2
- * is [rows, F] x [E, H, F]^T. */
-typedef struct moegen_gemm_plan {
-  int experts;      /* E */
-  int supported;    /* 1 if the module holds the kernels (sm_80 or later, H and F multiples of 8) */
-  int portable;     /* 1: the portable mma.sync kernels (every arch but sm_90a: no TMA, no tall
-                     * tiles, tall_rows_per_expert = 0); 0: sm_90a's TMA + wgmma kernels */
-  moegen_gemm_kernel_plan gemm1, gemm2;
-  /* The forwards with tall tiles (bm = 256: each weight tile serves twice the
-   * rows), used by every row-tiled op (all but wgrad) for calls with
-   * max_rows >= tall_rows_per_expert * experts when tall_rows_per_expert > 0
-   * (0: the module has none, as on the portable path). */
-  moegen_gemm_kernel_plan gemm1_tall, gemm2_tall;
-  int tall_rows_per_expert;
-  /* Backward and fused-epilogue kernels (templates/grouped_gemm_bwd_sm90.cu.lt):
-   * n, k are the forward GEMM's N and K; bn tiles the output's k columns
-   * (dgrad dx [rows, k], wgrad dw [E, n, k]); gemm1_glu is gemm1 with the
-   * SwiGLU epilogue (bn / 2 gate and bn / 2 up columns per tile). */
-  moegen_gemm_kernel_plan gemm1_dgrad, gemm2_dgrad, gemm1_wgrad, gemm2_wgrad, gemm1_glu;
-  /* Their tall-tile variants (as gemm1_tall; dgrad_glu uses gemm2_dgrad_tall). */
-  moegen_gemm_kernel_plan gemm1_dgrad_tall, gemm2_dgrad_tall, gemm1_glu_tall;
-} moegen_gemm_plan;
-
-/* Launch plan of the permutation kernels (templates/plan.lua, permute.cu.lt). */
-typedef struct moegen_permute_plan {
-  int experts;        /* E; 0: the module has no permute kernels (H not a multiple of 8) */
-  int topk;           /* K */
-  int hidden;         /* H */
-  int tile_tokens;    /* tokens per block of the index kernels (one thread each) */
-  int copy_threads;   /* block size of the row-copy kernels (permute rows, chunk sort) */
-  int copy_group;     /* threads per row in them */
-  int gather_threads; /* block size of the combine kernels (unpermute and backwards) */
-  int gather_group;   /* threads per token in them (<= 32) */
-  int zero_chunk;     /* rows per tail unit of the zero-row pass */
-  int max_chunks;     /* most chunks moegen_sort_chunks takes */
-} moegen_permute_plan;
+/* The plan structs (moegen_router_plan, moegen_router_bwd_plan,
+ * moegen_aux_plan, moegen_gemm_kernel_plan, moegen_gemm_plan,
+ * moegen_permute_plan): the launch plans templates/plan.lua chose, one int
+ * (or moegen_dtype) per field of moegen/abi.def, which documents each. */
+#define MOEGEN_PLAN_INT_(name) int name;
+#define MOEGEN_PLAN_DTYPE_(name) moegen_dtype name;
+#define MOEGEN_PLAN_SUB_(type, name) type name;
+#define MOEGEN_PLAN_STRUCT_(type, FIELDS) \
+  typedef struct type { FIELDS(MOEGEN_PLAN_INT_, MOEGEN_PLAN_DTYPE_, MOEGEN_PLAN_SUB_) } type;
+MOEGEN_PLAN_STRUCTS(MOEGEN_PLAN_STRUCT_)
+#undef MOEGEN_PLAN_STRUCT_
 
 /* Compile units. A module's kernels are compiled, cached and loaded in
  * independent units, each on the first use of one of its kernels, so a
@@ -162,12 +93,8 @@ typedef struct moegen_image {
   const char *source;              /* the generated .cu text (always present) */
   size_t source_size;
   const char *source_path;         /* where NAME.cu was written, or "<jit>" */
-  moegen_router_plan router;
-  moegen_router_plan router_small; /* the small-T router kernel; threads = 0: none (same shape) */
-  moegen_router_bwd_plan router_bwd;
-  moegen_aux_plan aux;
-  moegen_gemm_plan gemm;
-  moegen_permute_plan permute;
+#define MOEGEN_IMAGE_PLAN_(type, member) type member;
+  MOEGEN_IMAGE_PLANS(MOEGEN_IMAGE_PLAN_) /* router, router_small, router_bwd, aux, gemm, permute */
 } moegen_image;
 
 /* ---------------------------------------------------------------- modules */

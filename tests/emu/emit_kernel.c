@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     rc = write_host(f, src.cu, (size_t)(unit - src.cu)) ||
          write_host(f, router, (size_t)(stop + 1 - router));
     fprintf(f, "#define MOEGEN_EMU_SMALL %d /* the unit has the small-T kernel */\n",
-            src.router_small.threads > 0);
+            src.image.router_small.threads > 0);
   }
   if (f && fclose(f)) rc = 1;
   moegen_sources_free(&src);

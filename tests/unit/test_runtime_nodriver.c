@@ -125,10 +125,10 @@ static void driver_result(moegen_status want, const char *library) {
  * the sm_90a kernels' tile ticket, none on the portable path. */
 static void gemm_shapes(void) {
   moegen_image img = test_image();
-  img.gemm.supported = 1;
+  img.units |= 1u << MOEGEN_UNIT_GEMM; /* a module has a kernel iff its unit does and threads > 0 */
   img.gemm.experts = 8;
-  img.gemm.gemm1 = (moegen_gemm_kernel_plan){.n = 512, .k = 256};
-  img.gemm.gemm2 = (moegen_gemm_kernel_plan){.n = 256, .k = 256};
+  img.gemm.gemm1 = (moegen_gemm_kernel_plan){.n = 512, .k = 256, .threads = 256};
+  img.gemm.gemm2 = (moegen_gemm_kernel_plan){.n = 256, .k = 256, .threads = 256};
   for (int portable = 0; portable <= 1; portable++) {
     img.gemm.portable = portable;
     const size_t want = portable ? 0 : MOEGEN_GEMM_WORKSPACE_BYTES;
@@ -144,9 +144,13 @@ static void gemm_shapes(void) {
   moegen_gemm_fwd_shape fs;
   CHECK(moegen_gemm_fwd_shape_of(&img, (moegen_gemm_id)3, 100, &fs) == MOEGEN_ERR_INVALID_ARGUMENT,
         "gemm_fwd shape: which = 3");
-  img.gemm.supported = 0;
+  img.gemm.gemm1.threads = 0;
   CHECK(moegen_gemm_fwd_shape_of(&img, MOEGEN_GEMM1, 100, &fs) == MOEGEN_ERR_NOT_SUPPORTED,
-        "gemm_fwd shape without GEMM kernels");
+        "gemm_fwd shape without GEMM kernels (threads = 0)");
+  img.gemm.gemm1.threads = 256;
+  img.units &= ~(1u << MOEGEN_UNIT_GEMM);
+  CHECK(moegen_gemm_fwd_shape_of(&img, MOEGEN_GEMM1, 100, &fs) == MOEGEN_ERR_NOT_SUPPORTED,
+        "gemm_fwd shape without GEMM kernels (no gemm unit)");
 }
 
 /* A JIT compile without NVRTC: MOEGEN_ERR_NO_NVRTC naming the library. */

@@ -1,0 +1,58 @@
+/* moegen/types.h -- the enums and limits that the config, the runtime API and
+ * the templates share. Each list is declared once here, as an X-macro, and
+ * everything else derives from it: the C enums below, the names the config
+ * parser and help texts use (gen/config.c), and the `abi` table the Lua
+ * sandbox gives plan.lua and the templates (gen/sandbox.c: abi.dtype.bf16,
+ * abi.score.softmax, abi.limits.max_experts, ...), so no template or plan
+ * restates a number. */
+#ifndef MOEGEN_TYPES_H
+#define MOEGEN_TYPES_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types: X(ENUM, name, value, bytes). */
+#define MOEGEN_DTYPES(X) \
+  X(FP32, fp32, 0, 4)    \
+  X(BF16, bf16, 1, 2)    \
+  X(FP16, fp16, 2, 2)
+
+/* Score functions: X(ENUM, name, value); the values are TransformerEngine's
+ * C enum ints. */
+#define MOEGEN_SCORES(X)   \
+  X(SIGMOID, sigmoid, 0)   \
+  X(SOFTMAX, softmax, 1)   \
+  X(SQRTSOFTPLUS, sqrtsoftplus, 2)
+
+/* Hard limits of the generated kernels (checked by config validation):
+ * X(ENUM, name, value). */
+#define MOEGEN_LIMITS(X)          \
+  X(MAX_EXPERTS, max_experts, 2048) \
+  X(MAX_TOPK, max_topk, 32)         \
+  X(MAX_GROUPS, max_groups, 32) /* groups > 1 map to lanes of one warp */
+
+#define MOEGEN_DTYPE_ENUM_(e, name, value, bytes) MOEGEN_DTYPE_##e = value,
+typedef enum moegen_dtype { MOEGEN_DTYPES(MOEGEN_DTYPE_ENUM_) } moegen_dtype;
+#undef MOEGEN_DTYPE_ENUM_
+
+#define MOEGEN_SCORE_ENUM_(e, name, value) MOEGEN_SCORE_##e = value,
+typedef enum moegen_score { MOEGEN_SCORES(MOEGEN_SCORE_ENUM_) } moegen_score;
+#undef MOEGEN_SCORE_ENUM_
+
+#define MOEGEN_LIMIT_ENUM_(e, name, value) MOEGEN_##e = value,
+enum { MOEGEN_LIMITS(MOEGEN_LIMIT_ENUM_) };
+#undef MOEGEN_LIMIT_ENUM_
+
+/* Bytes of one element of dtype d; 0 if d is no moegen_dtype. */
+static inline int moegen_dtype_size(int d) {
+#define MOEGEN_DTYPE_SIZE_(e, name, value, bytes) if (d == value) return bytes;
+  MOEGEN_DTYPES(MOEGEN_DTYPE_SIZE_)
+#undef MOEGEN_DTYPE_SIZE_
+  return 0;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,157 @@
+/* The AOT and the JIT image of every preset are the same, field for field
+ * (CPU only; needs a C compiler, `cc` or $CC, to build the AOT text).
+ *
+ * For each preset and arch: moegen_generate writes NAME.c (the AOT image,
+ * printed by the generator from the rendered structs), which is compiled
+ * into a shared object and loaded; moegen_jit renders the same config into
+ * its heap image (a driver is not needed: without one the module is still
+ * created, unusable, and its image can be read). The two must agree on the
+ * ABI version, the arch, the units and every plan field of moegen/abi.def.
+ * The comparison itself is checked first: a copy of an image with any one
+ * field changed must differ in exactly that field. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "abi.h"
+#include "moegen/moegen.h"
+
+static int failures;
+
+#define CHECK(cond, ...)          \
+  do {                            \
+    if (!(cond)) {                \
+      printf("FAIL: " __VA_ARGS__); \
+      printf("\n");               \
+      failures++;                 \
+    }                             \
+  } while (0)
+
+/* Every plan field planted with a difference is found, and only it. */
+static void comparison_finds_plants(const moegen_image *img) {
+  size_t n;
+  const moegen_abi_field *f = moegen_abi_fields(&n);
+  char why[256];
+  CHECK(moegen_abi_image_diff(img, img, why, sizeof why) == 0, "an image differs from itself: %s", why);
+  for (size_t i = 0; i < n; i++) {
+    moegen_image copy = *img;
+    int v = moegen_abi_get(&copy, &f[i]) + 1;
+    memcpy((char *)&copy + f[i].offset, &v, sizeof v);
+    int d = moegen_abi_image_diff(img, &copy, why, sizeof why);
+    CHECK(d == 1 && !strncmp(why, f[i].path, strlen(f[i].path)),
+          "planted +1 in %s: %d differences found (%s)", f[i].path, d, why);
+  }
+  moegen_image copy = *img;
+  copy.units ^= 1u;
+  CHECK(moegen_abi_image_diff(img, &copy, why, sizeof why) == 1, "planted units difference missed");
+  printf("comparison: each of %zu planted field differences found\n", n);
+}
+
+/* The render-time signature check passes the rendered source and fails
+ * (naming the kernel) where a kernel's parameters are swapped or a kernel
+ * is missing. */
+static void signature_check(const moegen_image *img) {
+  moegen_error err = {0};
+  CHECK(moegen_abi_check_source(img->source, img, &err) == 0, "rendered source fails: %s", err.msg);
+  static const char *const edits[][3] = {
+      {"int T, int index_dtype, int qb_bins", "int T, int qb_bins, int index_dtype", "moegen_router_fwd"},
+      {"moegen_sort_chunks(", "moegen_sort_chunks_gone(", "moegen_sort_chunks_gone"},
+      {"extern \"C\" __global__ void __launch_bounds__(perm::GTHREADS, 3)\nmoegen_unpermute(",
+       "__global__ void __launch_bounds__(perm::GTHREADS, 3)\nmoegen_unpermute(", "moegen_unpermute"}};
+  for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+    const char *at = strstr(img->source, edits[i][0]);
+    CHECK(at, "edit %zu: '%s' not in the source", i, edits[i][0]);
+    if (!at) continue;
+    size_t n = strlen(img->source), a = strlen(edits[i][0]), b = strlen(edits[i][1]);
+    char *s = malloc(n + b + 1);
+    memcpy(s, img->source, (size_t)(at - img->source));
+    memcpy(s + (at - img->source), edits[i][1], b);
+    strcpy(s + (at - img->source) + b, at + a);
+    err.msg[0] = 0;
+    int rc = moegen_abi_check_source(s, img, &err);
+    CHECK(rc != 0 && strstr(err.msg, edits[i][2]), "edit %zu: check gave %d: %s", i, rc, err.msg);
+    printf("planted signature fault %zu: %s\n", i, err.msg);
+    free(s);
+  }
+}
+
+/* Generates preset for arch as NAME.c in dir, compiles and loads it; the
+ * AOT image, or NULL (a failure is counted). *lib: the loaded object. */
+static const moegen_image *aot_image(const moegen_config *c, const char *arch, const char *name,
+                                     const char *dir, void **lib) {
+  moegen_gen_options opt = {.name = name, .arch = arch, .compile = MOEGEN_COMPILE_JIT,
+                            .command_line = "test_image"};
+  moegen_error err = {0};
+  *lib = NULL;
+  if (moegen_generate(c, &opt, dir, NULL, &err)) {
+    CHECK(0, "%s %s: generate: %s", name, arch, err.msg);
+    return NULL;
+  }
+  const char *src = getenv("MOEGEN_SOURCE_DIR"), *cc = getenv("CC"); /* ctest sets the first */
+  char cmd[8192], so[4096], sym[128];
+  snprintf(so, sizeof so, "%s/%s.so", dir, name);
+  snprintf(cmd, sizeof cmd, "%s -std=c11 -Wall -Werror -shared -fPIC -I'%s/include' -I'%s' '%s/%s.c' -o '%s'",
+           cc && *cc ? cc : "cc", src ? src : MOEGEN_SOURCE_DIR_DEFAULT, dir, dir, name, so);
+  if (system(cmd) != 0) {
+    CHECK(0, "%s %s: the AOT image text does not compile: %s", name, arch, cmd);
+    return NULL;
+  }
+  *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  snprintf(sym, sizeof sym, "%s_image", name);
+  const moegen_image *img = *lib ? dlsym(*lib, sym) : NULL;
+  CHECK(img, "%s %s: %s not loadable: %s", name, arch, sym, dlerror());
+  return img;
+}
+
+static void compare_preset(const char *preset, const char *arch, const char *dir, int *planted) {
+  moegen_config c;
+  moegen_error err = {0};
+  moegen_config_defaults(&c);
+  if (moegen_config_preset(&c, preset, &err) || moegen_config_validate(&c, &err)) {
+    CHECK(0, "%s: %s", preset, err.msg);
+    return;
+  }
+  char name[96];
+  snprintf(name, sizeof name, "%s_%s", preset, arch);
+  for (char *p = name; *p; p++)
+    if (*p == '-') *p = '_';
+  void *lib;
+  const moegen_image *aot = aot_image(&c, arch, name, dir, &lib);
+  moegen_module *m = NULL;
+  moegen_jit(&c, arch, &m, &err); /* NO_DRIVER without a GPU: the module still holds the image */
+  const moegen_image *jit = moegen_module_image(m);
+  CHECK(jit, "%s %s: moegen_jit gave no module: %s", preset, arch, err.msg);
+  if (aot && jit) {
+    if (!*planted) {
+      comparison_finds_plants(jit);
+      signature_check(jit);
+      *planted = 1;
+    }
+    char why[256];
+    int d = moegen_abi_image_diff(aot, jit, why, sizeof why);
+    CHECK(d == 0, "%s %s: AOT and JIT images differ in %d fields, first %s", preset, arch, d, why);
+    CHECK(!strcmp(aot->arch, jit->arch), "%s %s: arch %s vs %s", preset, arch, aot->arch, jit->arch);
+    if (d == 0) printf("%s %s: AOT == JIT (units 0x%x)\n", preset, arch, jit->units);
+  }
+  moegen_module_destroy(m);
+  if (lib) dlclose(lib);
+}
+
+int main(void) {
+  char dir[] = "/tmp/moegen-test-image-XXXXXX";
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  static const char *const archs[] = {"sm_90a", "sm_80", "sm_75"};
+  int planted = 0;
+  for (const char *const *p = moegen_preset_names(); *p; p++)
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) compare_preset(*p, archs[a], dir, &planted);
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
+  printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
+  return failures ? 1 : 0;
+}
