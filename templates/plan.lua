@@ -40,9 +40,8 @@ local dtype_ctype = { fp32 = "float", bf16 = "bf16_t", fp16 = "fp16_t" }
 --
 -- Selection is by threshold and rank (the kernel's header says how): its
 -- cost is the scores plus a few compares per expert and a short ranking of
--- ~11 candidates, where the K argmax passes it replaces (sorted lists of 4,
--- K butterflies) cost ~740 warp instructions per DeepSeek-V3 token
--- (bench/RESULTS.md run 9: 12 M at T = 16384, 21% of copy bandwidth).
+-- ~11 candidates, far less than the K argmax passes it replaced
+-- (bench/PLAN_NOTES.md §router; bench/HISTORY.md runs 9, 16-18).
 --
 -- Two kernels of one template: the main one at ~TARGET_PER_LANE experts a
 -- lane (fewer lanes a token: the cross-lane steps are shared by more
@@ -59,8 +58,9 @@ local VEC_BYTES, VEC_BYTES_SMALL = 16, 8
 local PASSES_MAX_PER_LANE, PASSES_MAX_PICKS = 8, 16
 -- The small kernel serves a call while it needs at most this many warps an
 -- SM (runtime/ops_router.c): one a scheduler for the threshold kernel; two
--- for the passes kernel (run 21, H100: Qwen3 T = 1024, 7.75 warps an SM,
--- 6.43 us against the main kernel's 7.46; T = 4096 slower everywhere).
+-- for the passes kernel, which still beat the main kernel at Qwen3
+-- T = 1024 (7.75 warps an SM) and lost to it at T = 4096
+-- (bench/PLAN_NOTES.md §router; bench/HISTORY.md run 21).
 local SMALL_WARPS_PER_SM, PASSES_WARPS_PER_SM = 4, 8
 -- Shared memory of a router block at most: every arch's per-block limit,
 -- and 4 blocks an SM on Hopper.
@@ -100,10 +100,7 @@ local function router_plan(target, vec_bytes, small)
   -- depth D and quota Q of the bound tau. Grouped: a lane keeps its share of
   -- the group's top KG (the group score). Ungrouped: tau is the Q-th largest
   -- of the lanes' D-th values, Q = ceil(picks / D); Q near lanes / 2 keeps
-  -- the candidates few. Simulated on normal logits (mean candidates per
-  -- token, 200k tokens): Qwen3 at 8 lanes D = 1 -> 19.8, D = 2 -> 12.2;
-  -- gpt-oss at 8 lanes D = 1 -> 5.0; DeepSeek-V3 (grouped) 10.8, 99.99th
-  -- percentile 29.
+  -- the candidates few (simulated: bench/PLAN_NOTES.md §router).
   local group_k = grouped and K // cfg.group_topk or 0
   local depth, quota
   if grouped then
@@ -192,6 +189,8 @@ end
 -- consecutive experts each. per_lane is a multiple of 8 so a lane owns whole
 -- bitmap bytes; the target of 8 makes one 16-byte access of bf16 grads and
 -- keeps ~56 bytes per lane in flight. The row lives in registers (<= 64).
+-- Dense rows: a sparse backward (picks only) saved no time (bench/HISTORY.md
+-- run 18 call 3; bench/PLAN_NOTES.md §router-bwd).
 local ROW_TARGET = 8
 
 local function row_plan(E, esize)
@@ -238,51 +237,39 @@ end
 -- accumulation. One CTA per SM (persistent), three warpgroups: a TMA
 -- producer and two wgmma consumers, each owning 64 rows of a BM x BN tile.
 --
--- Napkin math (H200: 132 SMs, ~690 TFLOP/s dense bf16 = 5.2 TFLOP/s per SM,
--- 4.8 TB/s HBM, 50 MB L2, 227 KiB smem per CTA):
---  * one BK = 64 step of a 128 x 256 tile is 2*128*256*64 = 4.2 MFLOP fed by
---    (128 + 256) * 64 * 2 = 48 KiB of smem: 0.8 us per step at peak, i.e.
---    60 GB/s per SM, 7.9 TB/s from L2 over 132 SMs. Smaller tiles would need
---    more L2 bandwidth than Hopper has; 128 x 256 is the largest tile whose
---    64 x 256 fp32 accumulator (128 registers per thread) fits a consumer.
---  * 4 stages x 48 KiB = 192 KiB keep ~3 steps (2.4 us) of loads in flight,
---    more than the ~1 us L2/HBM latency.
+--  * 128 x 256 is the largest tile whose 64 x 256 fp32 accumulator (128
+--    registers a thread) fits a consumer; smaller tiles would need more L2
+--    bandwidth than Hopper has. As many stages as fit (GEMM_MAX_STAGES at
+--    most) keep more loads in flight than the L2 / HBM latency.
 --  * tiles are numbered expert-major, then N tile, then M tile, and taken in
 --    that order by ticket (grouped_gemm_sm90.cu.lt next_tile), so the CTAs
 --    that run together share each W tile (read from HBM once) and X_e.
---  * small T is weight-bound: DeepSeek-V3 gemm1 streams 256*4096*7168*2 B =
---    15 GB (3.1 ms at 4.8 TB/s). A consumer whose 64 rows are all past the
---    expert's end skips its MMAs, so 8-row experts cost 64-row MMAs (1.6 ms
---    of tensor time at peak), hidden under the weight stream.
+--  * small T is weight-bound: a consumer whose 64 rows are all past the
+--    expert's end skips its MMAs, so a small expert's MMAs stay hidden
+--    under the weight stream.
 --  * BN is the candidate with the fewest padded columns (gpt-oss N = 2880 and
---    5760 are multiples of 192, not 256); registers: 24 for the producer,
---    240 for the consumers (128 * 24 + 256 * 240 = 64512 <= 65536).
---  * tall tiles (run 6, bench/RESULTS.md), 256 x 128 (gemm2) or 256 x 192 (the
---    others where 192 moves fewer bytes, gemm_bn): ncu on DeepSeek-V3
---    gemm1 at T = 16384 (512 rows per expert) showed DRAM 88% busy, 82 GB
---    moved for 17 GB of operands, L2 hit rate 33%: the 4-5 CTAs that read
---    each weight tile drift apart by more than an L2 lifetime (50 MB at
---    4.2 TB/s = 12 us) and each fetches it from HBM. A 256-row tile reads
---    each weight tile for twice the rows inside one CTA: weight traffic
---    x4.5 -> x2.5 of the 15 GB; same smem bytes per step (A 32 + B 16 KiB),
---    each consumer runs two m64n128 wgmmas per k16 (128 accumulators;
---    256 x 192: B 24 KiB, m64n192, 192 accumulators).
+--    5760 are multiples of 192, not 256); the producer / consumer register
+--    split is the template's (grouped_gemm_sm90.cu.lt PRODUCER_REGS,
+--    CONSUMER_REGS).
+--  * tall tiles, 256 x 128 (gemm2) or 256 x 192 (the others where 192 moves
+--    fewer bytes, gemm_bn): the CTAs that read a weight tile drift apart and
+--    each fetches it from HBM; a 256-row tile reads each weight tile for
+--    twice the rows inside one CTA, on the same smem bytes a step.
 --    A call takes the tall kernels only with max_rows >= GEMM_TALL_ROWS * E
---    (below 256 rows per expert the second consumer would idle).
---    Predicted: DeepSeek-V3 gemm1 T = 16384 21.6 -> ~15 ms. Measured (run
---    6, threshold 256): DeepSeek-V3 T = 16384 gemm1 21.6 -> 19.1 ms, gemm2
---    9.4 -> 8.6, dgrad 20.0 -> 17.7; Mixtral T = 4096 gemm1 3.81 -> 3.44;
---    but Qwen3 T = 4096 (256 rows per expert) gemm2 0.287 -> 0.322 and
---    Mixtral / Qwen3 T = 16384 within +-3%: the threshold is now 512.
---    Run 7 corrected the diagnosis: the bigger re-read was X (68 GB read,
---    the 32 CTAs sharing an X tile drift apart), fixed by the L2 hints below.
+--    (below 256 rows per expert the second consumer would idle); 512, not
+--    256, because at 256 rows an expert (Qwen3 T = 4096) the tall gemm2 ran
+--    slower.
+--  Napkin math, the ncu diagnosis and the measurements: bench/PLAN_NOTES.md
+--  §gemm-sm90; bench/HISTORY.md runs 6 and 7.
 local GEMM_SMEM_LIMIT = 232448 -- opt-in dynamic shared memory per CTA (sm_90)
 local GEMM_BM, GEMM_BK, GEMM_MAX_STAGES = 128, 64, 6
 local GEMM_TALL_ROWS = 512
 -- L2 hints (templates/grouped_gemm_sm90.cu.lt l2_policies), for the 50 MB
 -- L2 of an H100 / H200: the X (dY) tiles shared by the CTAs in flight are
 -- kept (evict_last) when they take at most GEMM_L2_KEEP bytes; both
--- operands' shared sets fit together below GEMM_L2_FIT.
+-- operands' shared sets fit together below GEMM_L2_FIT. Chosen from three
+-- variants measured in one call (bench/HISTORY.md run 7; bench/PLAN_NOTES.md
+-- §gemm-sm90).
 local GEMM_L2_KEEP, GEMM_L2_FIT = 24 * 1024 * 1024, 32 * 1024 * 1024
 
 -- Shared memory of one GEMM kernel: per-expert tables (tile and row starts,
@@ -298,17 +285,11 @@ end
 -- (wide = true) the one with the fewest operand bytes per k step over the
 -- row's tiles, ceil(N / bn) * (bm + bn), of 192 (two m64n192 accumulators,
 -- 192 registers a consumer thread) and 128: ncu showed that kernel bound
--- by L2 traffic (bench/RESULTS.md run 10), and 192 cuts those bytes by
--- ~20%. Predicted: up to -20% if L2 traffic alone bound it. Measured
--- (H200, run 11, T = 16384): gemm1 DeepSeek-V3 17.31 -> 16.50 ms, Mixtral
--- 13.46 -> 12.86, gpt-oss and Qwen3 -1%. wide is set for gemm1, the
--- SwiGLU forward and the tall dgrad / dgrad + SwiGLU kernels (run 15, the
--- layer at T = 16384: DeepSeek-V3 layer_fwd -10 / -15%, layer_fwd_bwd -8 /
--- -9% in two calls, Mixtral layer_fwd_bwd -7 / -6%, Qwen3 and gpt-oss -0 to
--- -3%; the gemm1_dgrad stage: Mixtral -8 / -15%, gpt-oss -6%, DeepSeek-V3
--- +3 / +4%). gemm2's forward keeps 128: with 192 it was 1-3% slower at
--- T = 16384 for DeepSeek-V3, gpt-oss and Qwen3 (Mixtral -0.1%) and 5%
--- slower for Mixtral at T = 4096 (704 tiles on 132 SMs: 5.3 waves).
+-- by L2 traffic, and 192 cuts those bytes. wide is set for gemm1, the
+-- SwiGLU forward and the tall dgrad / dgrad + SwiGLU kernels, where it
+-- measured faster; gemm2's forward keeps 128, where 192 measured slower.
+-- Predictions and measurements: bench/PLAN_NOTES.md §gemm-sm90 (gemm_bn);
+-- bench/HISTORY.md runs 10, 11 and 15.
 local function gemm_bn(N, bm, wide)
   local bn, cost
   for _, cand in ipairs(bm == 256 and (wide and { 192, 128 } or { 128 }) or { 256, 192, 128 }) do
@@ -347,21 +328,17 @@ end
 --    minimizes the padded act columns (128 rows) and the operand bytes
 --    (256 rows, 192 or 128 wide). The tall 256 x 192 SwiGLU tile holds 192
 --    accumulators a consumer thread live through store_glu; it takes
---    CONSUMER_REGS = 240 and stores row by row.
---    Predicted (gemm1's 192-wide tiles measured -4.4 to -4.7% on
---    DeepSeek-V3 and Mixtral, run 11): the layer's GLU GEMM ~-4%, the
---    layer forward ~-2% at T = 16384; measured (run 15) -10 / -15% for
---    DeepSeek-V3's layer forward, -0 to -3% for the other three models.
+--    CONSUMER_REGS and stores row by row (bench/PLAN_NOTES.md §gemm-sm90;
+--    bench/HISTORY.md run 15).
 local GEMM_DB_BYTES = 512
 -- wgrad stores its bf16 dW tile through shared memory with TMA, 64
 -- columns at a time: each consumer stages its 64 rows x bn columns as bn / 64
 -- chunks of one dW-map box (64 rows x 64 bf16 = 8 KiB) through a ring of
 -- `boxes` such buffers after the stages (boxes divides bn / 64; a chunk
 -- reuses a buffer once the TMA store of the chunk `boxes` before it has read
--- it). Staging the whole 64 x bn (boxes = bn / 64, 64 KiB for both consumers
--- at bn = 256) cost a pipeline stage: 4 -> 3 for bn = 256, 5 -> 4 for gpt-oss'
--- bn = 192; Mixtral's gemm1_wgrad (4096-row reductions) measured +11.4% at
--- T = 16384 on an H100 with 3 stages.
+-- it). Staging the whole 64 x bn at once cost a pipeline stage, which the
+-- long reductions need (bench/PLAN_NOTES.md §gemm-sm90; bench/HISTORY.md
+-- run 21).
 local WGRAD_BOX_BYTES = 64 * 64 * 2
 local function wgrad_staging_bytes(boxes) return 2 * boxes * WGRAD_BOX_BYTES end
 
@@ -407,20 +384,14 @@ end
 -- warps of 64 x bn / 4), tiles of 128 rows x bn columns x 32, MMA_STAGES
 -- cp.async stages of (128 + bn) * 64 bytes.
 --  * bn = 256 (64 x 64 warp tiles) unless 128 pads fewer output columns
---    (gpt-oss's 2880): per k16 a warp then reads 4 KiB of fragments for 32
---    MMAs, against 3 KiB for 16 with 64 x 32 warp tiles, 1.5x less
---    shared-memory traffic a FLOP. Measured (H200 as sm_90,
---    bench/RESULTS.md run 12): 128 x 128 -> 128 x 256 DeepSeek-V3 gemm1 at
---    T = 16384 47.6 -> 39.6 ms (~195 TFLOP/s); L2 hints and 6 stages gave
---    nothing more (the bound is in the SM; not yet timed on an A100).
---  * registers: ptxas takes 227-243 a thread with bn = 256 (128
---    accumulators): one CTA (8 warps) an SM; bn = 128 fits 128 (64
---    accumulators): two CTAs, except the SwiGLU epilogues (one).
---  * napkin math (A100: 108 SMs, 312 TFLOP/s bf16 = 2.9 TFLOP/s an SM): a
---    k32 step of a 128 x 256 tile is 2.1 MFLOP, 0.72 us at an SM's peak,
---    fed by 24 KiB (34 GB/s an SM, 3.7 TB/s from L2 over 108 SMs); 4
---    stages keep ~2 us of loads in flight.
+--    (gpt-oss's 2880): 1.5x less shared-memory traffic a FLOP than 64 x 32
+--    warp tiles. L2 hints and more stages measured no gain (the bound is in
+--    the SM), so neither is planned.
+--  * bn = 256 takes one CTA (8 warps) an SM (its 128 accumulators); bn = 128
+--    two, except the SwiGLU epilogues (one).
 --  * no tall tiles (tall_rows_per_expert = 0).
+--  Napkin math (A100), register counts and the H200 measurements:
+--  bench/PLAN_NOTES.md §gemm-mma; bench/HISTORY.md run 12.
 local MMA_BM, MMA_BK, MMA_MAX_STAGES, MMA_THREADS = 128, 32, 4, 256
 local MMA_DB_BYTES = 512 -- wgrad: the bias-grad partial sums of 128 columns
 -- Opt-in shared memory per CTA: 99 KiB on sm_86 / sm_89 / sm_120 (and as a
@@ -518,26 +489,16 @@ end
 -- histograms, then counts + capacity + padded offsets + every route's row)
 -- and row kernels that move 16-byte vectors.
 --
--- Napkin math, DeepSeek-V3 at T = 16384 (H = 7168 bf16 = 896 vectors per
--- row, K = 8) on an H200 (4.8 TB/s HBM, ~4.2 TB/s device copy, 132 SMs):
---  * permute moves T*H*2 (read once) + T*K*H*2 (K copies) = 2.11 GB: 0.50 ms
---    at copy bandwidth, so 85% is 0.59 ms; unpermute the same bytes.
---  * in flight: HBM latency ~0.8 us x 4.2 TB/s = 3.4 MB over 132 SMs =
---    25 KB per SM. A copy group of 128 threads holds 7 vectors (112 B) per
---    thread: 14 KB per row; a microbenchmark copy of the rows kernel took
---    159 registers, so one 256-thread block (2 rows, 28 KB) per SM at a time. One group per token
---    (no persistent loop) lets retiring and starting blocks overlap: 0.584
---    -> 0.565 ms for the kernel (run 7; every copy variant tried, TMA bulk
---    included, sat at 3.6-3.77 TB/s for this 1:8 read:write mix).
---    The combine loads K = 8 vectors per thread per step (128 B).
---  * the index phase reads T*K*4 = 512 KB of indices twice and writes the
---    512 KB row map (+ 512 KB of probs): ~1.5 MB over >= 32 blocks, each
---    kernel ~2-3 us, launch-bound: < 1.5% of the copy. The rank kernel's
---    block sums tiles x E histogram entries (32 x 256 at T = 16384).
---    One kernel fewer would need a grid-wide barrier (offsets need every
---    tile's counts), which is unsafe with concurrent streams; so three.
+--  * row kernels: one copy group per token (no persistent loop), so retiring
+--    and starting blocks overlap; every copy variant tried sat at the same
+--    rate for this 1:8 read:write mix.
+--  * index phase: three kernels, launch-bound and small beside the copy; one
+--    kernel fewer would need a grid-wide barrier (offsets need every tile's
+--    counts), which is unsafe with concurrent streams.
 --  * no atomics on the data path: ranks come from per-tile bitmasks in
 --    shared memory (popcounts), so rows are deterministic.
+--  Napkin math and the copy measurements: bench/PLAN_NOTES.md §permute;
+--  bench/HISTORY.md runs 6 and 7.
 local function permute_plan()
   local E, K, H = cfg.experts, cfg.topk, cfg.hidden
   local esize = dtype_bytes[cfg.dtype] or 2
@@ -554,34 +515,11 @@ local function permute_plan()
   -- flight (128 B for K in {1, 2, 4, 8}; only K > 8 has more). Launch bounds
   -- cap the kernel at 80 registers (more loads would spill): 3 blocks of 256
   -- per SM, <= 96 KB of loads in flight per SM against the ~32 KB that
-  -- 4.3 TB/s x ~1 us needs.
-  --
-  -- Predictions (2026-12 rewrite, H200, T = 16384 unless said; to be
-  -- checked by `moegen-bench --stages permute,unpermute`):
-  --  * combine was GG = 32 lanes per token walking the row in 512 B steps,
-  --    8 tokens per block, a persistent grid of 396 blocks: DS3 0.774 ms
-  --    (64% of copy), Qwen3 0.233 ms, DS3 T = 256 0.108 ms. Its losses:
-  --    (a) 5.17 token rounds run as 6, the last at 17% occupancy (~10%);
-  --    (b) each row read as 28 scattered 512 B pieces ~1-4 us apart, so
-  --    DRAM sees random 512 B reads instead of streams (~15-20%); (c) at
-  --    T = 256 only 32 blocks of 8 tokens, each lane 28 dependent rounds
-  --    of K loads (latency-bound, ~25x too few bytes in flight).
-  --    Now slabs of 256 x combine_vecs consecutive output vectors, walked
-  --    grid-stride by one wave: a slab reads 4 KB contiguous of each of its
-  --    rows and neighbouring blocks the next 4 KB at the same time (a copy's
-  --    pattern); the tail is one slab (36 KB, < 1% at T = 16384); at
-  --    T = 256 DS3's 896 slabs (all SMs busy) take 396 blocks 2.3 rounds.
-  --    DS3: 0.774 -> ~0.56-0.60 ms (84-90% of copy; 85% is <= 0.59 ms).
-  --    Qwen3 (nv = 256, a slab is one token): 0.233 -> ~0.16-0.18 ms
-  --    (need <= 0.203). Mixtral (K = 2, 4 vectors per thread) and gpt-oss
-  --    (K = 4, 2 per thread) alike: ~80-88% of copy. DS3 T = 256: 0.108 ->
-  --    ~0.012-0.02 ms (33 MB is 8 us at copy speed, plus launch).
-  --  * ldg_vec's .cs (evict-first; x in permute, rows in the combine, the
-  --    chunk sort): every row is read once; keeps the row map / probs and
-  --    dirty output lines in L2. 0-2%.
-  --  * permute rows is unchanged otherwise (0.593 ms, 83%): its reads are
-  --    oversubscribed (8 x 14 KB per SM in flight) so its 15.5-round tail
-  --    costs < 1%; it gains only the hint: ~0.58-0.59 ms.
+  -- 4.3 TB/s x ~1 us needs. Slabs of consecutive output vectors, walked
+  -- grid-stride by one wave, read contiguous pieces of each row at the same
+  -- time as their neighbours (a copy's pattern); rows are read once, with
+  -- .cs (evict-first) loads. Predictions: bench/PLAN_NOTES.md §permute;
+  -- measured in bench/HISTORY.md run 6.
   local COMBINE_LOADS = 8
   return {
     experts = E,
