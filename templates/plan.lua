@@ -513,14 +513,14 @@ local function permute_plan()
   -- combine: a thread owns combine_vecs vectors of a slab and loads each
   -- from its K rows: K * combine_vecs <= COMBINE_LOADS 16-byte loads in
   -- flight (128 B for K in {1, 2, 4, 8}; only K > 8 has more). Launch bounds
-  -- cap the kernel at 80 registers (more loads would spill): 3 blocks of 256
-  -- per SM, <= 96 KB of loads in flight per SM against the ~32 KB that
-  -- 4.3 TB/s x ~1 us needs. Slabs of consecutive output vectors, walked
+  -- of GATHER_MIN_BLOCKS = 3 blocks of 256 per SM cap the kernel at 80
+  -- registers (more loads would spill) and keep <= 96 KB of loads in flight
+  -- per SM against the ~32 KB that 4.3 TB/s x ~1 us needs. Slabs of consecutive output vectors, walked
   -- grid-stride by one wave, read contiguous pieces of each row at the same
   -- time as their neighbours (a copy's pattern); rows are read once, with
   -- .cs (evict-first) loads. Predictions: bench/PLAN_NOTES.md §permute;
   -- measured in bench/HISTORY.md run 6.
-  local COMBINE_LOADS = 8
+  local COMBINE_LOADS, GATHER_MIN_BLOCKS = 8, 3
   return {
     experts = E,
     topk = K,
@@ -533,6 +533,7 @@ local function permute_plan()
     copy_iters = (nv + cg - 1) // cg,
     gather_threads = ok and 256 or 0,
     gather_group = math.min(32, pow2_ceil(nv)),
+    gather_min_blocks = GATHER_MIN_BLOCKS,
     combine_vecs = math.max(1, COMBINE_LOADS // K),
     zero_chunk = 16,
     max_chunks = 2048,

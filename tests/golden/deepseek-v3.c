@@ -1,6 +1,6 @@
 /* The image: what moegen_module_create needs (moegen/abi.def lists its plan fields). */
 const moegen_image golden_image = {
-  .abi_version = 9, /* MOEGEN_RT_ABI_VERSION of the generator */
+  .abi_version = 10, /* MOEGEN_RT_ABI_VERSION of the generator */
   .name = "golden",
   .arch = "sm_90a",
   .config_lua = golden_config_lua,
@@ -148,6 +148,7 @@ const moegen_image golden_image = {
   .permute.copy_group = 128,
   .permute.gather_threads = 256,
   .permute.gather_group = 32,
+  .permute.gather_min_blocks = 3,
   .permute.zero_chunk = 16,
   .permute.max_chunks = 2048,
 };
