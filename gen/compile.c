@@ -11,9 +11,8 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "nvrtc.h"
 #include "read_file.h"
-#include "unit.h"
+#include "shared.h"
 
 static int fail(moegen_error *err, int code, const char *fmt, const char *a, const char *b) {
   err->code = code;

@@ -12,7 +12,7 @@
 #include "abi.h"
 #include "compile.h"
 #include "moegen/moegen.h"
-#include "sha256.h"
+#include "shared.h"
 
 static int fail(moegen_error *err, int code, const char *fmt, const char *a, const char *b) {
   err->code = code;

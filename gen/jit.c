@@ -4,10 +4,8 @@
 #include <string.h>
 #include <sysexits.h>
 
-#include "cache.h"
-#include "module.h"
 #include "moegen/moegen.h"
-#include "unit.h"
+#include "shared.h"
 
 /* The heap image a JIT module owns: the image plus the strings it points to. */
 typedef struct jit_image {
@@ -25,27 +23,15 @@ static void free_jit_image(moegen_image *img) {
   free(j);
 }
 
-/* "sm_XY" of the current context's device ('a' for 9.0: wgmma needs sm_90a). */
+/* "sm_XY" of the current context's device, or the error. */
 static moegen_status device_arch(char *arch, size_t size, moegen_error *err) {
-  const moegen_driver *d;
   char why[512];
-  moegen_status st = moegen_driver_get(&d, why, sizeof why);
-  CUdevice dev;
-  int major = 0, minor = 0;
-  if (st == MOEGEN_OK && d->cuCtxGetDevice(&dev) != 0) st = MOEGEN_ERR_NO_DEVICE;
-  if (st == MOEGEN_OK) {
-    d->cuDeviceGetAttribute(&major, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    d->cuDeviceGetAttribute(&minor, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-  } else if (st == MOEGEN_ERR_NO_DEVICE) {
-    snprintf(why, sizeof why, "no current CUDA context on this thread: pass an arch or set a device");
-  }
+  moegen_status st = moegen_current_arch(arch, size, why, sizeof why);
   if (st != MOEGEN_OK) {
     err->code = EX_UNAVAILABLE;
     snprintf(err->msg, sizeof err->msg, "jit: %s", why);
-    return st;
   }
-  snprintf(arch, size, "sm_%d%d%s", major, minor, major == 9 ? "a" : "");
-  return MOEGEN_OK;
+  return st;
 }
 
 /* Renders cfg for arch (NULL: the current device's) into a heap image. */

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "moegen/runtime.h"
+#include "shared.h"
 
 /* Returns a cubin for the source: from the cache, or compiled by NVRTC (then
  * stored). Before a cold compile, sends one progress line to the log
@@ -23,8 +24,6 @@ moegen_status moegen_cache_compile(const char *source, size_t source_size, const
                                    const char *arch, unsigned char **cubin, size_t *cubin_size,
                                    char **log, int *hit);
 
-/* The cache directory in use (into buf), or "" when disabled. */
-void moegen_cache_dir(char *buf, size_t size);
 
 /* Internal log sink used by the runtime (see moegen_set_log). */
 void moegen_log_line(const char *line);

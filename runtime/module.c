@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "module.h"
-#include "unit.h"
+#include "shared.h"
 
 enum { MAX_DEVICES = 64 };
 
@@ -205,6 +205,26 @@ static moegen_status check_arch(moegen_module *m, CUdevice d, int dev_major, int
                             "%d.%d: regenerate it for sm_%d%d%s",
                             img->name, img->arch, d, dev_major, dev_minor, dev_major, dev_minor,
                             dev_major == 9 ? "a" : "");
+}
+
+moegen_status moegen_current_arch(char *arch, size_t size, char *why, size_t why_size) {
+  const moegen_driver *d;
+  moegen_status st = moegen_driver_get(&d, why, why_size);
+  CUdevice dev;
+  int major = 0, minor = 0;
+  if (st == MOEGEN_OK && d->cuCtxGetDevice(&dev) != 0) {
+    snprintf(why, why_size, "no current CUDA context on this thread: pass an arch or set a device");
+    return MOEGEN_ERR_NO_DEVICE;
+  }
+  if (st != MOEGEN_OK) return st;
+  CUresult r = d->cuDeviceGetAttribute(&major, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  if (!r) r = d->cuDeviceGetAttribute(&minor, MOEGEN_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  if (r) {
+    moegen_driver_describe(r, why, why_size);
+    return MOEGEN_ERR_CUDA;
+  }
+  snprintf(arch, size, "sm_%d%d%s", major, minor, major == 9 ? "a" : "");
+  return MOEGEN_OK;
 }
 
 /* ---------------------------------------------------------------- loading */

@@ -4,6 +4,7 @@
 
 #include "driver.h"
 #include "moegen/runtime.h"
+#include "shared.h"
 
 /* Kernels a module may hold (moegen/abi.def's MOEGEN_KERNELS, in its order). */
 #define MOEGEN_KERNEL_ID_(ID, name, UNIT, plan, threads, smem, sig) MOEGEN_KERNEL_##ID,
@@ -45,11 +46,6 @@ typedef struct moegen_device_info {
   int blocks_per_sm; /* resident blocks of this kernel per SM (occupancy), >= 1 */
 } moegen_device_info;
 
-/* Creates a module that owns `image`: moegen_module_destroy calls
- * free_image(image). Ownership passes in every case, also on error (then
- * free_image may already have run). Otherwise as moegen_module_create. */
-moegen_status moegen_module_create_owned(moegen_image *image, void (*free_image)(moegen_image *),
-                                         moegen_module **out);
 
 /* Returns the launchable function of kernel `id` on the current context's
  * device, loading (and for JIT images compiling) the module on first use.

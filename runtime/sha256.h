@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared.h" /* moegen_sha256_hex */
+
 typedef struct moegen_sha256 {
   uint32_t h[8];
   uint64_t bytes;
@@ -16,7 +18,5 @@ typedef struct moegen_sha256 {
 void moegen_sha256_init(moegen_sha256 *s);
 void moegen_sha256_update(moegen_sha256 *s, const void *data, size_t n);
 void moegen_sha256_final(moegen_sha256 *s, unsigned char out[32]);
-/* Hex digest (65 bytes with the NUL) of one buffer. */
-void moegen_sha256_hex(const void *data, size_t n, char out[65]);
 
 #endif

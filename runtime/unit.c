@@ -1,5 +1,5 @@
 /* runtime/unit.c -- compile units (see moegen_unit in moegen/runtime.h). */
-#include "unit.h"
+#include "shared.h"
 
 #include "cache.h"
 

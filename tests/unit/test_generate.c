@@ -15,7 +15,7 @@
 #include "cache.h"
 #include "moegen/moegen.h"
 #include "nvrtc.h"
-#include "unit.h"
+#include "shared.h"
 
 static int failures;
 

@@ -12,7 +12,7 @@
 
 #include "moegen/moegen.h"
 #include "runtime_check.h"
-#include "unit.h"
+#include "shared.h"
 
 /* The first cache entry (*.cubin) in dir, open for update; NULL if none. */
 static FILE *first_entry(const char *dir) {

@@ -1,0 +1,56 @@
+/* runtime/shared.h -- internal: the runtime's interface to the generator.
+ *
+ * The generator (gen/: moegen_generate, moegen_jit, moegen_jit_warm) uses
+ * the runtime's compile, cache and module machinery through this header
+ * only; the runtime's own headers (module.h, unit.h, cache.h, nvrtc.h,
+ * sha256.h) include it and keep what only the runtime needs. Everything
+ * here needs no GPU unless it says so. */
+#ifndef MOEGEN_RUNTIME_SHARED_H
+#define MOEGEN_RUNTIME_SHARED_H
+
+#include <stddef.h>
+
+#include "moegen/runtime.h"
+
+/* The text that compiles unit u of a module: "#define MOEGEN_UNIT u" and a
+ * #line reset, then the module source (so compiler messages keep the line
+ * numbers of NAME.cu). malloc'd, NUL-terminated; *size excludes the NUL.
+ * NULL if out of memory. */
+char *moegen_unit_source(const char *source, size_t source_size, moegen_unit u, size_t *size);
+
+/* Compiles unit u of a JIT image's source for arch through the disk cache
+ * (moegen_cache_compile of runtime/cache.h: *cubin, *cubin_size, *log, *hit
+ * as there; image_name names the unit in the progress line). OUT_OF_MEMORY
+ * if the unit text cannot be built. */
+moegen_status moegen_unit_compile(const char *source, size_t source_size, const char *image_name,
+                                  const char *arch, moegen_unit u, unsigned char **cubin,
+                                  size_t *cubin_size, char **log, int *hit);
+
+/* The JIT cache directory in use (into buf), or "" when disabled. */
+void moegen_cache_dir(char *buf, size_t size);
+
+/* Compiles CUDA source to a cubin for `arch` ("sm_90a": passes -arch=sm_90a
+ * plus moegen's fixed options). Needs no GPU. On success *cubin is malloc'd.
+ * *log (malloc'd, may be NULL) receives the compile log in every case,
+ * including ptxas -v output when `verbose` is set. Returns MOEGEN_ERR_NO_NVRTC
+ * if libnvrtc.so.13 cannot be loaded (reason in *log), MOEGEN_ERR_COMPILE on
+ * a compile error. Thread-safe. `MOEGEN_LIBNVRTC` overrides the library path. */
+moegen_status moegen_nvrtc_compile(const char *source, size_t source_size, const char *file_name,
+                                   const char *arch, int verbose, unsigned char **cubin,
+                                   size_t *cubin_size, char **log);
+
+/* Hex SHA-256 digest (65 bytes with the NUL) of one buffer. */
+void moegen_sha256_hex(const void *data, size_t n, char out[65]);
+
+/* Creates a module that owns `image`: moegen_module_destroy calls
+ * free_image(image). Ownership passes in every case, also on error (then
+ * free_image may already have run). Otherwise as moegen_module_create. */
+moegen_status moegen_module_create_owned(moegen_image *image, void (*free_image)(moegen_image *),
+                                         moegen_module **out);
+
+/* "sm_XY" of the current context's device into arch ('a' for 9.0: wgmma
+ * needs sm_90a); needs the driver. NO_DRIVER / NO_DEVICE (no current
+ * context) with the reason in why otherwise. */
+moegen_status moegen_current_arch(char *arch, size_t size, char *why, size_t why_size);
+
+#endif
