@@ -144,7 +144,9 @@ template <int W> __device__ __forceinline__ u64 seg_argmax(u64 k) {
 // Fused top-k router (SPEC.md section 1), specialized for:
 //   E = 256, K = 8, score = sigmoid,
 //   groups = 8 x 32 (keep 4), bias = true, scaling = 2.5
-//   logits bf16; 16 lanes per token, 16 experts per lane
+//   logits bf16
+//   moegen_router_fwd: 16 lanes per token, 16 experts per lane
+//   moegen_router_fwd_small: 32 lanes per token, 8 experts per lane
 //
 // Selection by threshold and rank, per token:
 //  1. each lane scores its V experts and keeps its D largest routing values;
@@ -162,74 +164,12 @@ template <int W> __device__ __forceinline__ u64 seg_argmax(u64 k) {
 // A PASSES kernel (one token a warp, few experts a lane: the small-T one)
 // replaces steps 2-4 by PICKS passes of a warp-wide max (select_passes):
 // a shorter chain of dependent steps where latency, not issue, is the cost.
-namespace router {
-constexpr int E = 256;          // experts
-constexpr int K = 8;          // selected per token
-constexpr int L = 16;          // lanes per token (power of two)
-constexpr int S = 2;          // lanes per expert group (power of two, divides L)
-constexpr int NG = 8;         // expert groups (1 = no group-limited routing)
-constexpr int G = 32;          // experts per group
-constexpr int V = 16;          // experts per lane: lane l owns [l * V, l * V + V)
-constexpr int KG = 2;         // top values summed into a group's score
-constexpr int GTOPK = 4;      // groups kept per token
-constexpr int D = 2;          // routing values a lane keeps for the bound
-constexpr int Q = 0;          // ungrouped: the bound is the Q-th largest lane value
-constexpr int CAP = 32;        // candidates a token may list (more: argmax passes)
-constexpr bool GROUPED = true;
-constexpr bool PASSES = false;  // selection by passes of a warp-wide max (select_passes)
-constexpr int VP = 20;         // floats of a lane's slice in shared rows (an odd number of 16-byte units)
-constexpr int ROW = L * VP;                     // floats of a token's shared row
-constexpr bool FULL = L * V == E;               // every lane holds V real experts
-constexpr int LVEC = 8;       // logits/probs elements per access
-constexpr int MVEC = 16;       // routing-map bytes per access
-constexpr int IVEC = 4;       // intermediate floats per access
-constexpr int SVEC = 4;       // shared-row floats per access
-constexpr int THREADS = 256;          // the largest block (its slots fit the smem target); the host may launch fewer warps
-constexpr int NBYTES = (E + 7) / 8;             // bitmap bytes per token
-constexpr int NBW = (E + 31) / 32;              // bitmap words per token (shared)
-enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
-constexpr int SCORE = 0;
-constexpr bool PRE_SOFTMAX = false;
-constexpr bool POST_SOFTMAX = SCORE == SOFTMAX && !PRE_SOFTMAX;
-constexpr bool HAS_BIAS = true;
-constexpr bool QB = false; // quantile balancing (SPEC 3)
-constexpr int PICKS = QB ? K + 1 : K; // picks: QB's (K+1)-th is the cutoff
-constexpr float SCALING = 2.500000000e+00f;
-constexpr float EPSILON = 1e-20f;
-typedef bf16_t logit_t;
-typedef u32 mask_t; // one bit per position of a lane
-
-// Shared memory: the expert histogram of the fused counts, then one slot
-// per token of the block: its routing scores (row), its candidates and
-// picks as (value, id) pairs, its bitmap words. The bias is not in shared
-// memory (a fill would put its latency before the first token's logits
-// load): each lane holds its V values in registers, loaded once before
-// the token loop, and the candidate list reads it from global memory (L1).
-constexpr int align16(int n) { return (n + 15) / 16 * 16; }
-constexpr int OFF_SLOTS = align16(4 * E);
-constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
-constexpr int SLOT_BYTES = align16(OFF_BITS + 4 * NBW);
-constexpr int SMEM_BYTES = OFF_SLOTS + THREADS / L * SLOT_BYTES;
-static_assert(SMEM_BYTES == 27136, "plan.lua's smem_bytes");
-
-static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
-static_assert(S >= 1 && L % S == 0 && (!GROUPED || G == S * V), "a group is S whole lanes");
-static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0 && V % SVEC == 0, "vector widths");
-static_assert(V <= 64, "selection mask is 64 bits");
-static_assert(VP >= V && VP % 4 == 0, "shared slices are 16-byte aligned");
-static_assert(D >= 1 && D <= V && (!GROUPED || D == (KG < V ? KG : V)), "a lane's list holds its group top-KG");
-static_assert(GROUPED || (Q >= 1 && Q <= L && Q * D >= PICKS), "Q lanes' D values bound the picks");
-static_assert(CAP >= PICKS && CAP <= E, "candidate list");
-static_assert(!PASSES || L == 32, "passes take one token a warp");
-static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
-static_assert(!QB || (SCORE == SIGMOID && HAS_BIAS && !GROUPED && K < E), "quantile balancing");
-
-// Lanes [seg0, seg0 + L) of the warp that serve this lane's token, as a
-// ballot mask.
-__device__ __forceinline__ u32 token_lanes(int lane) {
-  return L == 32 ? MOEGEN_FULL_MASK : ((1u << L) - 1) << (lane & ~(L - 1));
-}
-
+//
+// The device code is one class template, router_fwd::Kernel<P>; each kernel
+// instantiates it with its plan P (plan.lua's numbers: router::Plan,
+// router_small::Plan, below it), so constants that differ fold per kernel
+// and code a plan switches off is discarded (if constexpr).
+namespace router_fwd {
 // The minimum of x over aligned segments of W lanes where x is already
 // the same on aligned runs of R lanes (R = W: x itself).
 template <int W, int R> __device__ __forceinline__ float seg_min(float x) {
@@ -244,29 +184,6 @@ template <int N> __device__ __forceinline__ void list_insert(float (&t)[N], floa
 #pragma unroll
   for (int d = N - 1; d > 0; d--) t[d] = fmaxf(t[d], fminf(x, t[d - 1]));
   t[0] = fmaxf(t[0], x);
-}
-
-// Group score (SPEC 1 step 3): the sum of the top KG routing values of the
-// group, added in descending order from 0 like the reference. Each lane
-// starts from its own top D (D = min(KG, V)); a butterfly over the group's S
-// lanes merges the partner's list into its own. m ends as the group's top KG
-// in every lane of the group.
-__device__ __forceinline__ float group_score(const float (&top)[D], float (&m)[KG > 0 ? KG : 1]) {
-  constexpr int N = KG > 0 ? KG : 1;
-#pragma unroll
-  for (int j = 0; j < N; j++) m[j] = j < D ? top[j < D ? j : 0] : -MOEGEN_INF;
-#pragma unroll
-  for (int o = S / 2; o > 0; o /= 2) {
-    float p[N];
-#pragma unroll
-    for (int j = 0; j < N; j++) p[j] = __shfl_xor_sync(MOEGEN_FULL_MASK, m[j], o);
-#pragma unroll
-    for (int j = 0; j < N; j++) list_insert(m, p[j]);
-  }
-  float g = 0.f;
-#pragma unroll
-  for (int j = 0; j < N; j++) g += m[j];
-  return g;
 }
 
 // Candidate a beats candidate b: value descending, then id ascending
@@ -297,973 +214,566 @@ __device__ __forceinline__ float sigmoid(float x) {
   return rcp_ge1(1.f + e);
 }
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-// The unbiased score s of one logit (sigmoid / sqrtsoftplus).
-__device__ __forceinline__ float score_of(float x) {
-  return SCORE == SIGMOID ? sigmoid(x) : sqrtf(softplus(x));
-}
 
-// One token a warp: PICKS passes of a warp-wide max over the lanes' routing
-// values (kept: the lane's group is kept). Each lane first sorts its (key,
-// position) pairs, key = order_key of the routing value (0: -inf, NaN or a
-// group not kept: never picked), in the top-k order: key descending, then
-// position ascending. Pass k takes the largest head key; of the lanes holding
-// it the lowest (the lowest ids: lane l owns [l * V, l * V + V)) lists it as
-// pick k = (value, id) in win, or (-inf, E) once no key is left, and moves
-// on to its next pair. A pass is ~6 dependent steps (redux, compare, ballot,
-// compare, select), none of them a shuffle or a shared-memory round trip.
-__device__ __forceinline__ void select_passes(const float (&r)[V], bool kept, int base, int lane,
-                                              float2 *win) {
-  u32 sk[V]; // keys, sorted
-  int sp[V]; // their positions
-#pragma unroll
-  for (int i = 0; i < V; i++) {
-    sk[i] = kept && r[i] > -MOEGEN_INF ? order_key(r[i]) : 0u;
-    sp[i] = i;
+constexpr int align16(int n) { return (n + 15) / 16 * 16; }
+
+// The forward kernel of plan P: P gives the numbers of plan.lua's router
+// plan (their meaning below), the config's are the same for every plan.
+template <class P> struct Kernel {
+  static constexpr int E = P::E;                   // experts
+  static constexpr int K = P::K;                   // selected per token
+  static constexpr int L = P::L;                   // lanes per token (power of two)
+  static constexpr int S = P::S;                   // lanes per expert group (power of two, divides L)
+  static constexpr int NG = P::NG;                 // expert groups (1 = no group-limited routing)
+  static constexpr int G = P::G;                   // experts per group
+  static constexpr int V = P::V;                   // experts per lane: lane l owns [l * V, l * V + V)
+  static constexpr int KG = P::KG;                 // top values summed into a group's score
+  static constexpr int GTOPK = P::GTOPK;           // groups kept per token
+  static constexpr int D = P::D;                   // routing values a lane keeps for the bound
+  static constexpr int Q = P::Q;                   // ungrouped: the bound is the Q-th largest lane value
+  static constexpr int CAP = P::CAP;               // candidates a token may list (more: argmax passes)
+  static constexpr bool GROUPED = P::GROUPED;
+  static constexpr bool PASSES = P::PASSES;        // selection by passes of a warp-wide max (select_passes)
+  static constexpr int VP = P::VP;                 // floats of a lane's slice in shared rows (an odd number of 16-byte units)
+  static constexpr int ROW = L * VP;               // floats of a token's shared row
+  static constexpr bool FULL = L * V == E;         // every lane holds V real experts
+  static constexpr int LVEC = P::LVEC;             // logits/probs elements per access
+  static constexpr int MVEC = P::MVEC;             // routing-map bytes per access
+  static constexpr int IVEC = P::IVEC;             // intermediate floats per access
+  static constexpr int SVEC = P::SVEC;             // shared-row floats per access
+  static constexpr int THREADS = P::THREADS;       // the largest block (its slots fit the smem target); the host may launch fewer warps
+  static constexpr int NBYTES = (E + 7) / 8;       // bitmap bytes per token
+  static constexpr int NBW = (E + 31) / 32;        // bitmap words per token (shared)
+  enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
+  static constexpr int SCORE = 0;
+  static constexpr bool PRE_SOFTMAX = false;
+  static constexpr bool POST_SOFTMAX = SCORE == SOFTMAX && !PRE_SOFTMAX;
+  static constexpr bool HAS_BIAS = true;
+  static constexpr bool QB = false; // quantile balancing (SPEC 3)
+  static constexpr int PICKS = QB ? K + 1 : K; // picks: QB's (K+1)-th is the cutoff
+  static constexpr float SCALING = 2.500000000e+00f;
+  static constexpr float EPSILON = 1e-20f;
+  typedef typename P::logit_t logit_t;
+  typedef typename P::mask_t mask_t; // one bit per position of a lane
+
+  // Shared memory: the expert histogram of the fused counts, then one slot
+  // per token of the block: its routing scores (row), its candidates and
+  // picks as (value, id) pairs, its bitmap words. The bias is not in shared
+  // memory (a fill would put its latency before the first token's logits
+  // load): each lane holds its V values in registers, loaded once before
+  // the token loop, and the candidate list reads it from global memory (L1).
+  static constexpr int OFF_SLOTS = align16(4 * E);
+  static constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
+  static constexpr int SLOT_BYTES = align16(OFF_BITS + 4 * NBW);
+  static constexpr int SMEM_BYTES = OFF_SLOTS + THREADS / L * SLOT_BYTES;
+  static_assert(SMEM_BYTES == P::SMEM_BYTES, "plan.lua's smem_bytes");
+
+  static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
+  static_assert(S >= 1 && L % S == 0 && (!GROUPED || G == S * V), "a group is S whole lanes");
+  static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0 && V % SVEC == 0, "vector widths");
+  static_assert(V <= 64, "selection mask is 64 bits");
+  static_assert(sizeof(mask_t) * 8 >= V, "a mask bit per position");
+  static_assert(VP >= V && VP % 4 == 0, "shared slices are 16-byte aligned");
+  static_assert(D >= 1 && D <= V && (!GROUPED || D == (KG < V ? KG : V)), "a lane's list holds its group top-KG");
+  static_assert(GROUPED || (Q >= 1 && Q <= L && Q * D >= PICKS), "Q lanes' D values bound the picks");
+  static_assert(CAP >= PICKS && CAP <= E, "candidate list");
+  static_assert(!PASSES || L == 32, "passes take one token a warp");
+  static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
+  static_assert(!QB || (SCORE == SIGMOID && HAS_BIAS && !GROUPED && K < E), "quantile balancing");
+
+  // Lanes [seg0, seg0 + L) of the warp that serve this lane's token, as a
+  // ballot mask.
+  static __device__ __forceinline__ u32 token_lanes(int lane) {
+    return L == 32 ? MOEGEN_FULL_MASK : ((1u << L) - 1) << (lane & ~(L - 1));
   }
-  // Batcher's odd-even merge sort (plan.lua's sort_pairs: 0 compare-exchanges)
-  auto exchange = [&](int a, int b) {
-    const bool swap = sk[b] > sk[a] || (sk[b] == sk[a] && sp[b] < sp[a]);
-    const u32 ka = sk[a], kb = sk[b];
-    const int pa = sp[a], pb = sp[b];
-    sk[a] = swap ? kb : ka;
-    sk[b] = swap ? ka : kb;
-    sp[a] = swap ? pb : pa;
-    sp[b] = swap ? pa : pb;
-  };
-  u32 pos = 0; // the sorted positions, 4 bits each (V <= 8), the head's lowest
+
+  // Group score (SPEC 1 step 3): the sum of the top KG routing values of the
+  // group, added in descending order from 0 like the reference. Each lane
+  // starts from its own top D (D = min(KG, V)); a butterfly over the group's S
+  // lanes merges the partner's list into its own. m ends as the group's top KG
+  // in every lane of the group.
+  static __device__ __forceinline__ float group_score(const float (&top)[D], float (&m)[KG > 0 ? KG : 1]) {
+    constexpr int N = KG > 0 ? KG : 1;
 #pragma unroll
-  for (int i = 0; i < V; i++) pos |= (u32)sp[i] << (4 * i);
-  const u32 below = (1u << lane) - 1u; // lanes before this one
+    for (int j = 0; j < N; j++) m[j] = j < D ? top[j < D ? j : 0] : -MOEGEN_INF;
+#pragma unroll
+    for (int o = S / 2; o > 0; o /= 2) {
+      float p[N];
+#pragma unroll
+      for (int j = 0; j < N; j++) p[j] = __shfl_xor_sync(MOEGEN_FULL_MASK, m[j], o);
+#pragma unroll
+      for (int j = 0; j < N; j++) list_insert(m, p[j]);
+    }
+    float g = 0.f;
+#pragma unroll
+    for (int j = 0; j < N; j++) g += m[j];
+    return g;
+  }
+
+  // The unbiased score s of one logit (sigmoid / sqrtsoftplus).
+  static __device__ __forceinline__ float score_of(float x) {
+    return SCORE == SIGMOID ? sigmoid(x) : sqrtf(softplus(x));
+  }
+
+  // One token a warp: PICKS passes of a warp-wide max over the lanes' routing
+  // values (kept: the lane's group is kept). Each lane first sorts its (key,
+  // position) pairs, key = order_key of the routing value (0: -inf, NaN or a
+  // group not kept: never picked), in the top-k order: key descending, then
+  // position ascending. Pass k takes the largest head key; of the lanes holding
+  // it the lowest (the lowest ids: lane l owns [l * V, l * V + V)) lists it as
+  // pick k = (value, id) in win, or (-inf, E) once no key is left, and moves
+  // on to its next pair. A pass is ~6 dependent steps (redux, compare, ballot,
+  // compare, select), none of them a shuffle or a shared-memory round trip.
+  static __device__ __forceinline__ void select_passes(const float (&r)[V], bool kept, int base, int lane,
+                                                       float2 *win) {
+    u32 sk[V]; // keys, sorted
+    int sp[V]; // their positions
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      sk[i] = kept && r[i] > -MOEGEN_INF ? order_key(r[i]) : 0u;
+      sp[i] = i;
+    }
+    // Batcher's odd-even merge sort (P::sort_pairs: plan.lua's compare-exchanges)
+    P::sort_pairs([&](int a, int b) {
+      const bool swap = sk[b] > sk[a] || (sk[b] == sk[a] && sp[b] < sp[a]);
+      const u32 ka = sk[a], kb = sk[b];
+      const int pa = sp[a], pb = sp[b];
+      sk[a] = swap ? kb : ka;
+      sk[b] = swap ? ka : kb;
+      sp[a] = swap ? pb : pa;
+      sp[b] = swap ? pa : pb;
+    });
+    u32 pos = 0; // the sorted positions, 4 bits each (V <= 8), the head's lowest
+#pragma unroll
+    for (int i = 0; i < V; i++) pos |= (u32)sp[i] << (4 * i);
+    const u32 below = (1u << lane) - 1u; // lanes before this one
 #pragma unroll 1
-  for (int k = 0; k < PICKS; k++) {
-    const u32 m = __reduce_max_sync(MOEGEN_FULL_MASK, sk[0]);
-    const bool holds = sk[0] == m;
-    const u32 holders = __ballot_sync(MOEGEN_FULL_MASK, holds);
-    if (holds && !(holders & below)) {
-      win[k] = m ? make_float2(order_key_value(m), __int_as_float(base + (int)(pos & 15u)))
-                 : make_float2(-MOEGEN_INF, __int_as_float(E));
+    for (int k = 0; k < PICKS; k++) {
+      const u32 m = __reduce_max_sync(MOEGEN_FULL_MASK, sk[0]);
+      const bool holds = sk[0] == m;
+      const u32 holders = __ballot_sync(MOEGEN_FULL_MASK, holds);
+      if (holds && !(holders & below)) {
+        win[k] = m ? make_float2(order_key_value(m), __int_as_float(base + (int)(pos & 15u)))
+                   : make_float2(-MOEGEN_INF, __int_as_float(E));
 #pragma unroll
-      for (int i = 0; i + 1 < V; i++) sk[i] = sk[i + 1];
-      sk[V - 1] = 0u;
-      pos >>= 4;
+        for (int i = 0; i + 1 < V; i++) sk[i] = sk[i + 1];
+        sk[V - 1] = 0u;
+        pos >>= 4;
+      }
     }
   }
-}
 
-// Quantile balancing: hist[e, bin] += 1 for each real expert e of the lane,
-// bin = floor((cutoff - s_e - lower) * (bins / (upper - lower))) in fp32,
-// clamped to [0, bins - 1]. Explicit _rn intrinsics: no contraction, so the
-// bins are exactly those of the fp32 formula.
-__device__ __forceinline__ void qb_accumulate(int *hist, const float *bounds, int bins, float cutoff,
-                                              const float (&s)[V], int base) {
-  const float lo = __ldg(bounds), hi = __ldg(bounds + 1);
-  const float scale = __fdiv_rn((float)bins, __fsub_rn(hi, lo));
+  // Quantile balancing: hist[e, bin] += 1 for each real expert e of the lane,
+  // bin = floor((cutoff - s_e - lower) * (bins / (upper - lower))) in fp32,
+  // clamped to [0, bins - 1]. Explicit _rn intrinsics: no contraction, so the
+  // bins are exactly those of the fp32 formula.
+  static __device__ __forceinline__ void qb_accumulate(int *hist, const float *bounds, int bins, float cutoff,
+                                                       const float (&s)[V], int base) {
+    const float lo = __ldg(bounds), hi = __ldg(bounds + 1);
+    const float scale = __fdiv_rn((float)bins, __fsub_rn(hi, lo));
 #pragma unroll
-  for (int i = 0; i < V; i++) {
-    if (base + i < E) {
-      const float f = floorf(__fmul_rn(__fsub_rn(__fsub_rn(cutoff, s[i]), lo), scale));
-      const int bin = f < 0.f ? 0 : f >= (float)(bins - 1) ? bins - 1 : (int)f;
-      atomicAdd(hist + (long long)(base + i) * bins + bin, 1);
+    for (int i = 0; i < V; i++) {
+      if (base + i < E) {
+        const float f = floorf(__fmul_rn(__fsub_rn(__fsub_rn(cutoff, s[i]), lo), scale));
+        const int bin = f < 0.f ? 0 : f >= (float)(bins - 1) ? bins - 1 : (int)f;
+        atomicAdd(hist + (long long)(base + i) * bins + bin, 1);
+      }
     }
   }
-}
 
-// Writes a token's dense row dst [E] in W-element vectors, lane tl of the
-// token taking vectors tl, tl + L, ...: consecutive lanes on consecutive
-// vectors, whole 32-byte sectors a store (each lane storing its own slice
-// of over one vector would leave half of each sector to its next store).
-// value(e, v) fills the vector of elements [e, e + W).
-template <typename T, int W, typename F>
-__device__ __forceinline__ void fill_row(T *dst, int tl, F value) {
-  static_assert(E % W == 0, "vectors tile the row");
+  // Writes a token's dense row dst [E] in W-element vectors, lane tl of the
+  // token taking vectors tl, tl + L, ...: consecutive lanes on consecutive
+  // vectors, whole 32-byte sectors a store (each lane storing its own slice
+  // of over one vector would leave half of each sector to its next store).
+  // value(e, v) fills the vector of elements [e, e + W).
+  template <typename T, int W, typename F>
+  static __device__ __forceinline__ void fill_row(T *dst, int tl, F value) {
+    static_assert(E % W == 0, "vectors tile the row");
 #pragma unroll
-  for (int c = tl; c < E / W; c += L) {
-    T v[W];
-    value(c * W, v);
-    store_vec<T, W>(dst + c * W, v);
+    for (int c = tl; c < E / W; c += L) {
+      T v[W];
+      value(c * W, v);
+      store_vec<T, W>(dst + c * W, v);
+    }
   }
-}
 
-// Kernel arguments, passed by value as one struct.
-struct Outputs {
-  const logit_t *logits;
-  const float *bias;
-  logit_t *probs;
-  u8 *map;
-  u8 *bitmap;
-  void *idx; // int32 / int16 / int64 by the kernel's index_dtype argument
-  float *weights;
-  float *inter;
-  int *counts;
-  int *qb_hist;           // [E, qb_bins] accumulated in place
-  const float *qb_bounds; // [2] lower, upper
-  float *qb_cutoff;       // [T]
+  // Kernel arguments, passed by value as one struct.
+  struct Outputs {
+    const logit_t *logits;
+    const float *bias;
+    logit_t *probs;
+    u8 *map;
+    u8 *bitmap;
+    void *idx; // int32 / int16 / int64 by the kernel's index_dtype argument
+    float *weights;
+    float *inter;
+    int *counts;
+    int *qb_hist;           // [E, qb_bins] accumulated in place
+    const float *qb_bounds; // [2] lower, upper
+    float *qb_cutoff;       // [T]
+  };
+
+  // The kernel's body: the kernel's arguments and its dynamic shared memory.
+  static __device__ __forceinline__ void run(Outputs o, int T, int index_dtype, int qb_bins, unsigned char *smem);
 };
+
+// Grid: persistent, any number of blocks of any multiple of 32 threads up to
+// THREADS (a block serves blockDim.x / L tokens per iteration; the host
+// picks the shape, see runtime/ops_router.c); dynamic smem = SMEM_BYTES.
+// logits [T,E]  bias [E] fp32  probs [T,E]  map [T,E] u8  bitmap [T,NBYTES] u8
+// idx [T,K] (index_dtype 0 int32, 1 int16, 2 int64)  weights [T,K] f32
+// inter [T,E] f32  counts [E] i32 (zeroed by the host before the launch).
+// QB modules: qb_hist [E, qb_bins] i32 (+= one count per (token, expert))
+// qb_bounds [2] f32  qb_cutoff [T] f32. Any output may be null.
+template <class P>
+__device__ __forceinline__ void Kernel<P>::run(Outputs o, int T, int index_dtype, int qb_bins, unsigned char *smem) {
+  int *hist = reinterpret_cast<int *>(smem);                    // [E]
+  const int lane = threadIdx.x & 31;
+  const int tl = lane & (L - 1);       // lane within the token
+  const int group = tl / S;            // expert group of this lane
+  const int base = tl * V;             // first expert of this lane (= group * G + (tl % S) * V)
+  const int off = tl * VP;             // this lane's slice of a shared row
+  const int seg0 = lane & ~(L - 1);    // the token's first lane
+  const int slot = threadIdx.x / L;
+  unsigned char *sp = smem + OFF_SLOTS + slot * SLOT_BYTES;
+  float *row = reinterpret_cast<float *>(sp);               // [ROW] scores s (softmax: s = r)
+  float2 *cand = reinterpret_cast<float2 *>(sp + OFF_CAND); // [CAP] (routing value, id)
+  float2 *win = reinterpret_cast<float2 *>(sp + OFF_WIN);   // [PICKS] pick k = (value, id)
+  u32 *bits = reinterpret_cast<u32 *>(sp + OFF_BITS);       // [NBW] bitmap words
+  const bool want_counts = o.counts != nullptr;
+  // The lane's expert bias (0 without), for every token it serves: loaded
+  // once, so no token waits on it (the per-token loads sat after the scores).
+  float b[V];
+#pragma unroll
+  for (int i = 0; i < V; i += IVEC) {
+    if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
+    else
+#pragma unroll
+      for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
+  }
+  if (want_counts)
+    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+  __syncthreads();
+  const int tokens_per_block = blockDim.x / L;
+  for (long long t0 = (long long)blockIdx.x * tokens_per_block; t0 < T;
+       t0 += (long long)gridDim.x * tokens_per_block) {
+    __syncwarp(); // the slot's last readers are done
+    const long long t = t0 + slot;
+    const bool live = t < T;
+    const bool owned = live && group < NG && base < E; // lane holds real experts
+    // ---- load logits, compute scores. FULL: every lane holds V real
+    // experts, so lanes of a token past T read row t0 (any real row) and
+    // nothing is predicated; what they pick is never written.
+    float x[V];
+#pragma unroll
+    for (int i = 0; i < V; i += LVEC) {
+      logit_t v[LVEC];
+      if (FULL || (owned && base + i < E)) {
+        load_vec<logit_t, LVEC>(o.logits + (FULL && !live ? t0 : t) * E + base + i, v);
+#pragma unroll
+        for (int j = 0; j < LVEC; j++) x[i + j] = to_f32(v[j]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < LVEC; j++) x[i + j] = -MOEGEN_INF;
+      }
+    }
+    float r[V]; // routing value: what top-k ranks
+    float s[V]; // what the probs are made of (unbiased score / softmax / logit)
+    if constexpr (SCORE == SOFTMAX && PRE_SOFTMAX) {
+      float m = -MOEGEN_INF;
+#pragma unroll
+      for (int i = 0; i < V; i++) m = fmaxf(m, x[i]);
+      m = seg_max<L>(m);
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        s[i] = x[i] == -MOEGEN_INF ? 0.f : expf(x[i] - m);
+        sum += s[i];
+      }
+      float inv = 1.f / seg_sum<L>(sum);
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        s[i] *= inv;
+        r[i] = x[i] == -MOEGEN_INF ? -MOEGEN_INF : s[i];
+      }
+    } else if constexpr (SCORE == SOFTMAX) {
+#pragma unroll
+      for (int i = 0; i < V; i++) r[i] = s[i] = x[i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; i++) {
+        s[i] = score_of(x[i]);
+        const float v = HAS_BIAS ? s[i] + b[i] : s[i];
+        r[i] = FULL || (owned && base + i < E) ? v : -MOEGEN_INF;
+      }
+    }
+    // ---- the token's scores to its shared row (FULL: also past T, so what
+    // those lanes list is what they scored); dense outputs the picks overwrite
+    if (FULL || owned) {
+#pragma unroll
+      for (int i = 0; i < V; i += SVEC) {
+        float v[SVEC];
+#pragma unroll
+        for (int j = 0; j < SVEC; j++) v[j] = s[i + j];
+        store_vec<float, SVEC>(row + off + i, v);
+      }
+    }
+    if (live) {
+      if (o.probs) fill_row<logit_t, LVEC>(o.probs + t * E, tl, [](int, logit_t *v) {
+#pragma unroll
+          for (int j = 0; j < LVEC; j++) v[j] = from_f32<logit_t>(0.f);
+        });
+      if (o.map) fill_row<u8, MVEC>(o.map + t * E, tl, [](int, u8 *v) {
+#pragma unroll
+          for (int j = 0; j < MVEC; j++) v[j] = 0;
+        });
+      if (POST_SOFTMAX && o.inter) fill_row<float, IVEC>(o.inter + t * E, tl, [](int, float *v) {
+#pragma unroll
+          for (int j = 0; j < IVEC; j++) v[j] = -MOEGEN_INF; // the picks write their probs
+        });
+    }
+    if (SCORE == SQRTSOFTPLUS && owned && o.inter) { // the logits, in the lane's registers only
+#pragma unroll
+      for (int i = 0; i < V; i += IVEC) {
+        float v[IVEC];
+#pragma unroll
+        for (int j = 0; j < IVEC; j++) v[j] = x[i + j];
+        if (base + i < E) store_vec<float, IVEC>(o.inter + t * E + base + i, v);
+      }
+    }
+    if (o.bitmap)
+      for (int w = tl; w < NBW; w += L) bits[w] = 0;
+    // ---- the lane's D best routing values, the bound tau
+    float top[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) top[d] = -MOEGEN_INF;
+#pragma unroll
+    for (int i = 0; i < V; i++) list_insert(top, r[i]);
+    float tau = 0.f;  // the bound (threshold selection)
+    bool kept = true; // the lane's group is kept
+    if constexpr (GROUPED) {
+      // A group is kept iff fewer than GTOPK groups rank before it; the kept
+      // groups' KG-th values bound the K picks (GTOPK * KG = K of them).
+      float m[KG > 0 ? KG : 1];
+      const float gscore = group_score(top, m);
+      const float gv = group < NG ? gscore : -MOEGEN_INF;
+      int rank = 0;
+#pragma unroll
+      for (int g = 0; g < NG; g++) {
+        const float og = __shfl_sync(MOEGEN_FULL_MASK, gv, seg0 + g * S);
+        rank += ranks_before(og, g, gv, group);
+      }
+      kept = rank < GTOPK && group < NG;
+      if constexpr (!PASSES) tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
+    } else if constexpr (!PASSES) {
+      // The Q-th largest of the lanes' D-th values (ties by lane).
+      const float mine = top[D - 1];
+      int rank = 0;
+#pragma unroll
+      for (int l = 0; l < L; l++) {
+        const float ol = __shfl_sync(MOEGEN_FULL_MASK, mine, seg0 + l);
+        rank += ol > mine || (ol == mine && l < tl);
+      }
+      const u32 at = __ballot_sync(MOEGEN_FULL_MASK, rank == Q - 1) & token_lanes(lane);
+      tau = __shfl_sync(MOEGEN_FULL_MASK, mine, __ffs(at) - 1);
+    }
+    int nwin; // picks listed in win (fewer than PICKS only without enough finite values)
+    if constexpr (PASSES) {
+      select_passes(r, kept, base, lane, win);
+      nwin = PICKS;
+    } else {
+      // ---- candidates: the lane's routing values >= tau, at list position pos
+      const float lo = fmaxf(tau, -3.402823466e38f); // -inf is never a candidate
+      mask_t cm = 0;
+#pragma unroll
+      for (int i = 0; i < V; i++) cm |= r[i] >= lo ? (mask_t)1 << i : 0;
+      if (!kept) cm = 0;
+      const int mine_n = sizeof(mask_t) == 8 ? __popcll((u64)cm) : __popc((u32)cm);
+      int incl = mine_n; // inclusive prefix over the token's lanes
+#pragma unroll
+      for (int d = 1; d < L; d *= 2) {
+        const int y = __shfl_up_sync(MOEGEN_FULL_MASK, incl, d);
+        if (tl >= d) incl += y;
+      }
+      const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
+      if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
+        // PICKS argmax passes over the candidates, for the whole warp: where a
+        // token has many (ties), and at one lane a token, where the passes
+        // need no shuffles and the shared list would be pure overhead.
+        mask_t left = cm;
+#pragma unroll 1
+        for (int k = 0; k < PICKS; k++) {
+          float bv = -MOEGEN_INF;
+          int bi = 0;
+#pragma unroll
+          for (int i = 0; i < V; i++) {
+            const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
+            bv = better ? r[i] : bv;
+            bi = better ? i : bi;
+          }
+          const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
+          const u64 best = seg_argmax<L>(key);
+          if (best != 0ull && key == best) left &= ~((mask_t)1 << bi);
+          if (tl == k % L)
+            win[k] = best != 0ull ? make_float2(rank_key_value(best), __int_as_float(rank_key_id(best)))
+                                  : make_float2(-MOEGEN_INF, __int_as_float(E));
+        }
+        nwin = PICKS;
+      } else {
+        int at = incl - mine_n;
+        for (mask_t m = cm; m; m &= m - 1) {
+          const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
+          const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
+          cand[at++] = make_float2(v, __int_as_float(base + i));
+        }
+        __syncwarp();
+        for (int c = tl; c < n; c += L) {
+          const float2 me = cand[c];
+          int rank = 0;
+          for (int q = 0; q < n; q++) rank += beats(cand[q], me);
+          if (rank < PICKS) win[rank] = me;
+        }
+        nwin = n < PICKS ? n : PICKS;
+      }
+    }
+    __syncwarp();
+    // ---- the intermediate of sigmoid / pre-softmax: the scores s, from the
+    // token's shared row (complete since the warp sync above)
+    if (SCORE != SQRTSOFTPLUS && !POST_SOFTMAX && live && o.inter)
+      fill_row<float, IVEC>(o.inter + t * E, tl, [&](int e, float *v) {
+        load_vec<float, IVEC>(row + e / V * VP + e % V, v);
+      });
+    // ---- the picks: lane tl writes pick k = j * L + tl
+    constexpr int J = (PICKS + L - 1) / L;
+    int pe[J];   // expert id (E: none; NaN inputs may leave others: only ids < E are used)
+    float pv[J]; // routing value
+    float ps[J]; // score s
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      const int k = j * L + tl;
+      const float2 w = k < nwin ? win[k < PICKS ? k : 0] : make_float2(-MOEGEN_INF, __int_as_float(E));
+      pe[j] = __float_as_int(w.y);
+      pv[j] = w.x;
+      ps[j] = (unsigned)pe[j] < (unsigned)E ? row[pe[j] / V * VP + pe[j] % V] : 0.f;
+    }
+    float top_value = 0.f; // post-softmax shift: the best routing value
+    if constexpr (POST_SOFTMAX) top_value = nwin > 0 ? win[0].x : 0.f;
+    float part = 0.f; // this lane's share of the picks' sum of scores (post-softmax: exps)
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      if (j * L + tl < K && (unsigned)pe[j] < (unsigned)E) {
+        if constexpr (POST_SOFTMAX) part += expf(pv[j] - top_value);
+        else part += ps[j];
+      }
+    }
+    float scale; // p = s * scale (post-softmax: p = exp(v - top) * scale)
+    if constexpr (SCORE == SOFTMAX) scale = PRE_SOFTMAX ? 1.f : 1.f / seg_sum<L>(part);
+    else scale = K > 1 ? 1.f / (seg_sum<L>(part) + EPSILON) : 1.f;
+    if (live) {
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        const int k = j * L + tl, e = pe[j];
+        if (k >= K) continue;
+        const float p = (unsigned)e >= (unsigned)E ? 0.f : POST_SOFTMAX ? expf(pv[j] - top_value) * scale : ps[j] * scale;
+        if (o.idx) {
+          if (index_dtype == 1) ((short *)o.idx)[t * K + k] = (short)e;
+          else if (index_dtype == 2) ((long long *)o.idx)[t * K + k] = e;
+          else ((int *)o.idx)[t * K + k] = e;
+        }
+        if (o.weights) o.weights[t * K + k] = SCALING * p;
+        if ((unsigned)e < (unsigned)E) {
+          if (o.probs) o.probs[t * E + e] = from_f32<logit_t>(SCALING * p);
+          if (o.map) o.map[t * E + e] = 1;
+          if (POST_SOFTMAX && o.inter) o.inter[t * E + e] = p;
+          if (want_counts) atomicAdd(&hist[e], 1);
+          if (o.bitmap) atomicOr(&bits[e >> 5], 1u << (e & 31));
+        }
+      }
+      if constexpr (QB) { // the (K+1)-th pick's routing value is the cutoff
+        const float cutoff = nwin > K ? win[K < PICKS ? K : 0].x : -MOEGEN_INF;
+        if (o.qb_cutoff && tl == 0) o.qb_cutoff[t] = cutoff;
+        if (o.qb_hist && owned) qb_accumulate(o.qb_hist, o.qb_bounds, qb_bins, cutoff, s, base);
+      }
+    }
+    if (o.bitmap) {
+      __syncwarp();
+      if (live)
+        for (int b = tl; b < NBYTES; b += L) o.bitmap[t * NBYTES + b] = (u8)(bits[b >> 2] >> (8 * (b & 3)));
+    }
+  }
+  if (want_counts) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+      if (hist[e]) atomicAdd(&o.counts[e], hist[e]);
+  }
+}
+} // namespace router_fwd
+
+// moegen_router_fwd's plan (plan.router)
+namespace router {
+struct Plan {
+  static constexpr int E = 256, K = 8, L = 16, S = 2, NG = 8, G = 32, V = 16;
+  static constexpr int KG = 2, GTOPK = 4, D = 2, Q = 0, CAP = 32;
+  static constexpr bool GROUPED = true, PASSES = false;
+  static constexpr int VP = 20, LVEC = 8, MVEC = 16, IVEC = 4, SVEC = 4;
+  static constexpr int THREADS = 256, SMEM_BYTES = 27136;
+  typedef bf16_t logit_t;
+  typedef u32 mask_t;
+  template <class F> static __device__ __forceinline__ void sort_pairs(F &&) {} // select_passes' sort: none
+};
+typedef router_fwd::Kernel<Plan> Kernel;
+typedef Kernel::Outputs Outputs;
+constexpr int THREADS = Kernel::THREADS;
 } // namespace router
 
-// Grid: persistent, any number of blocks of any multiple of 32 threads up to
-// THREADS (a block serves blockDim.x / L tokens per iteration; the host
-// picks the shape, see runtime/ops_router.c); dynamic smem = SMEM_BYTES.
-// logits [T,E]  bias [E] fp32  probs [T,E]  map [T,E] u8  bitmap [T,NBYTES] u8
-// idx [T,K] (index_dtype 0 int32, 1 int16, 2 int64)  weights [T,K] f32
-// inter [T,E] f32  counts [E] i32 (zeroed by the host before the launch).
-// QB modules: qb_hist [E, qb_bins] i32 (+= one count per (token, expert))
-// qb_bounds [2] f32  qb_cutoff [T] f32. Any output may be null.
 extern "C" __global__ void __launch_bounds__(router::THREADS)
 moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
-  using namespace router;
   extern __shared__ __align__(16) unsigned char smem[];
-  int *hist = reinterpret_cast<int *>(smem);                    // [E]
-  const int lane = threadIdx.x & 31;
-  const int tl = lane & (L - 1);       // lane within the token
-  const int group = tl / S;            // expert group of this lane
-  const int base = tl * V;             // first expert of this lane (= group * G + (tl % S) * V)
-  const int off = tl * VP;             // this lane's slice of a shared row
-  const int seg0 = lane & ~(L - 1);    // the token's first lane
-  const int slot = threadIdx.x / L;
-  unsigned char *sp = smem + OFF_SLOTS + slot * SLOT_BYTES;
-  float *row = reinterpret_cast<float *>(sp);               // [ROW] scores s (softmax: s = r)
-  float2 *cand = reinterpret_cast<float2 *>(sp + OFF_CAND); // [CAP] (routing value, id)
-  float2 *win = reinterpret_cast<float2 *>(sp + OFF_WIN);   // [PICKS] pick k = (value, id)
-  u32 *bits = reinterpret_cast<u32 *>(sp + OFF_BITS);       // [NBW] bitmap words
-  const bool want_counts = o.counts != nullptr;
-  // The lane's expert bias (0 without), for every token it serves: loaded
-  // once, so no token waits on it (the per-token loads sat after the scores).
-  float b[V];
-#pragma unroll
-  for (int i = 0; i < V; i += IVEC) {
-    if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
-    else
-#pragma unroll
-      for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
-  }
-  if (want_counts)
-    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
-  __syncthreads();
-  const int tokens_per_block = blockDim.x / L;
-  for (long long t0 = (long long)blockIdx.x * tokens_per_block; t0 < T;
-       t0 += (long long)gridDim.x * tokens_per_block) {
-    __syncwarp(); // the slot's last readers are done
-    const long long t = t0 + slot;
-    const bool live = t < T;
-    const bool owned = live && group < NG && base < E; // lane holds real experts
-    // ---- load logits, compute scores. FULL: every lane holds V real
-    // experts, so lanes of a token past T read row t0 (any real row) and
-    // nothing is predicated; what they pick is never written.
-    float x[V];
-#pragma unroll
-    for (int i = 0; i < V; i += LVEC) {
-      logit_t v[LVEC];
-      if (FULL || (owned && base + i < E)) {
-        load_vec<logit_t, LVEC>(o.logits + (FULL && !live ? t0 : t) * E + base + i, v);
-#pragma unroll
-        for (int j = 0; j < LVEC; j++) x[i + j] = to_f32(v[j]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < LVEC; j++) x[i + j] = -MOEGEN_INF;
-      }
-    }
-    float r[V]; // routing value: what top-k ranks
-    float s[V]; // what the probs are made of (unbiased score / softmax / logit)
-    if constexpr (SCORE == SOFTMAX && PRE_SOFTMAX) {
-      float m = -MOEGEN_INF;
-#pragma unroll
-      for (int i = 0; i < V; i++) m = fmaxf(m, x[i]);
-      m = seg_max<L>(m);
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < V; i++) {
-        s[i] = x[i] == -MOEGEN_INF ? 0.f : expf(x[i] - m);
-        sum += s[i];
-      }
-      float inv = 1.f / seg_sum<L>(sum);
-#pragma unroll
-      for (int i = 0; i < V; i++) {
-        s[i] *= inv;
-        r[i] = x[i] == -MOEGEN_INF ? -MOEGEN_INF : s[i];
-      }
-    } else if constexpr (SCORE == SOFTMAX) {
-#pragma unroll
-      for (int i = 0; i < V; i++) r[i] = s[i] = x[i];
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; i++) {
-        s[i] = score_of(x[i]);
-        const float v = HAS_BIAS ? s[i] + b[i] : s[i];
-        r[i] = FULL || (owned && base + i < E) ? v : -MOEGEN_INF;
-      }
-    }
-    // ---- the token's scores to its shared row (FULL: also past T, so what
-    // those lanes list is what they scored); dense outputs the picks overwrite
-    if (FULL || owned) {
-#pragma unroll
-      for (int i = 0; i < V; i += SVEC) {
-        float v[SVEC];
-#pragma unroll
-        for (int j = 0; j < SVEC; j++) v[j] = s[i + j];
-        store_vec<float, SVEC>(row + off + i, v);
-      }
-    }
-    if (live) {
-      if (o.probs) fill_row<logit_t, LVEC>(o.probs + t * E, tl, [](int, logit_t *v) {
-#pragma unroll
-          for (int j = 0; j < LVEC; j++) v[j] = from_f32<logit_t>(0.f);
-        });
-      if (o.map) fill_row<u8, MVEC>(o.map + t * E, tl, [](int, u8 *v) {
-#pragma unroll
-          for (int j = 0; j < MVEC; j++) v[j] = 0;
-        });
-      if (POST_SOFTMAX && o.inter) fill_row<float, IVEC>(o.inter + t * E, tl, [](int, float *v) {
-#pragma unroll
-          for (int j = 0; j < IVEC; j++) v[j] = -MOEGEN_INF; // the picks write their probs
-        });
-    }
-    if (SCORE == SQRTSOFTPLUS && owned && o.inter) { // the logits, in the lane's registers only
-#pragma unroll
-      for (int i = 0; i < V; i += IVEC) {
-        float v[IVEC];
-#pragma unroll
-        for (int j = 0; j < IVEC; j++) v[j] = x[i + j];
-        if (base + i < E) store_vec<float, IVEC>(o.inter + t * E + base + i, v);
-      }
-    }
-    if (o.bitmap)
-      for (int w = tl; w < NBW; w += L) bits[w] = 0;
-    // ---- the lane's D best routing values, the bound tau
-    float top[D];
-#pragma unroll
-    for (int d = 0; d < D; d++) top[d] = -MOEGEN_INF;
-#pragma unroll
-    for (int i = 0; i < V; i++) list_insert(top, r[i]);
-    float tau = 0.f;  // the bound (threshold selection)
-    bool kept = true; // the lane's group is kept
-    if constexpr (GROUPED) {
-      // A group is kept iff fewer than GTOPK groups rank before it; the kept
-      // groups' KG-th values bound the K picks (GTOPK * KG = K of them).
-      float m[KG > 0 ? KG : 1];
-      const float gscore = group_score(top, m);
-      const float gv = group < NG ? gscore : -MOEGEN_INF;
-      int rank = 0;
-#pragma unroll
-      for (int g = 0; g < NG; g++) {
-        const float og = __shfl_sync(MOEGEN_FULL_MASK, gv, seg0 + g * S);
-        rank += ranks_before(og, g, gv, group);
-      }
-      kept = rank < GTOPK && group < NG;
-      if constexpr (!PASSES) tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
-    } else if constexpr (!PASSES) {
-      // The Q-th largest of the lanes' D-th values (ties by lane).
-      const float mine = top[D - 1];
-      int rank = 0;
-#pragma unroll
-      for (int l = 0; l < L; l++) {
-        const float ol = __shfl_sync(MOEGEN_FULL_MASK, mine, seg0 + l);
-        rank += ol > mine || (ol == mine && l < tl);
-      }
-      const u32 at = __ballot_sync(MOEGEN_FULL_MASK, rank == Q - 1) & token_lanes(lane);
-      tau = __shfl_sync(MOEGEN_FULL_MASK, mine, __ffs(at) - 1);
-    }
-    int nwin; // picks listed in win (fewer than PICKS only without enough finite values)
-    if constexpr (PASSES) {
-      select_passes(r, kept, base, lane, win);
-      nwin = PICKS;
-    } else {
-      // ---- candidates: the lane's routing values >= tau, at list position pos
-      const float lo = fmaxf(tau, -3.402823466e38f); // -inf is never a candidate
-      mask_t cm = 0;
-#pragma unroll
-      for (int i = 0; i < V; i++) cm |= r[i] >= lo ? (mask_t)1 << i : 0;
-      if (!kept) cm = 0;
-      const int mine_n = sizeof(mask_t) == 8 ? __popcll((u64)cm) : __popc((u32)cm);
-      int incl = mine_n; // inclusive prefix over the token's lanes
-#pragma unroll
-      for (int d = 1; d < L; d *= 2) {
-        const int y = __shfl_up_sync(MOEGEN_FULL_MASK, incl, d);
-        if (tl >= d) incl += y;
-      }
-      const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
-      if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
-        // PICKS argmax passes over the candidates, for the whole warp: where a
-        // token has many (ties), and at one lane a token, where the passes
-        // need no shuffles and the shared list would be pure overhead.
-        mask_t left = cm;
-#pragma unroll 1
-        for (int k = 0; k < PICKS; k++) {
-          float bv = -MOEGEN_INF;
-          int bi = 0;
-#pragma unroll
-          for (int i = 0; i < V; i++) {
-            const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
-            bv = better ? r[i] : bv;
-            bi = better ? i : bi;
-          }
-          const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
-          const u64 best = seg_argmax<L>(key);
-          if (best != 0ull && key == best) left &= ~((mask_t)1 << bi);
-          if (tl == k % L)
-            win[k] = best != 0ull ? make_float2(rank_key_value(best), __int_as_float(rank_key_id(best)))
-                                  : make_float2(-MOEGEN_INF, __int_as_float(E));
-        }
-        nwin = PICKS;
-      } else {
-        int at = incl - mine_n;
-        for (mask_t m = cm; m; m &= m - 1) {
-          const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
-          const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
-          cand[at++] = make_float2(v, __int_as_float(base + i));
-        }
-        __syncwarp();
-        for (int c = tl; c < n; c += L) {
-          const float2 me = cand[c];
-          int rank = 0;
-          for (int q = 0; q < n; q++) rank += beats(cand[q], me);
-          if (rank < PICKS) win[rank] = me;
-        }
-        nwin = n < PICKS ? n : PICKS;
-      }
-    }
-    __syncwarp();
-    // ---- the intermediate of sigmoid / pre-softmax: the scores s, from the
-    // token's shared row (complete since the warp sync above)
-    if (SCORE != SQRTSOFTPLUS && !POST_SOFTMAX && live && o.inter)
-      fill_row<float, IVEC>(o.inter + t * E, tl, [&](int e, float *v) {
-        load_vec<float, IVEC>(row + e / V * VP + e % V, v);
-      });
-    // ---- the picks: lane tl writes pick k = j * L + tl
-    constexpr int J = (PICKS + L - 1) / L;
-    int pe[J];   // expert id (E: none; NaN inputs may leave others: only ids < E are used)
-    float pv[J]; // routing value
-    float ps[J]; // score s
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      const int k = j * L + tl;
-      const float2 w = k < nwin ? win[k < PICKS ? k : 0] : make_float2(-MOEGEN_INF, __int_as_float(E));
-      pe[j] = __float_as_int(w.y);
-      pv[j] = w.x;
-      ps[j] = (unsigned)pe[j] < (unsigned)E ? row[pe[j] / V * VP + pe[j] % V] : 0.f;
-    }
-    float top_value = 0.f; // post-softmax shift: the best routing value
-    if constexpr (POST_SOFTMAX) top_value = nwin > 0 ? win[0].x : 0.f;
-    float part = 0.f; // this lane's share of the picks' sum of scores (post-softmax: exps)
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      if (j * L + tl < K && (unsigned)pe[j] < (unsigned)E) {
-        if constexpr (POST_SOFTMAX) part += expf(pv[j] - top_value);
-        else part += ps[j];
-      }
-    }
-    float scale; // p = s * scale (post-softmax: p = exp(v - top) * scale)
-    if constexpr (SCORE == SOFTMAX) scale = PRE_SOFTMAX ? 1.f : 1.f / seg_sum<L>(part);
-    else scale = K > 1 ? 1.f / (seg_sum<L>(part) + EPSILON) : 1.f;
-    if (live) {
-#pragma unroll
-      for (int j = 0; j < J; j++) {
-        const int k = j * L + tl, e = pe[j];
-        if (k >= K) continue;
-        const float p = (unsigned)e >= (unsigned)E ? 0.f : POST_SOFTMAX ? expf(pv[j] - top_value) * scale : ps[j] * scale;
-        if (o.idx) {
-          if (index_dtype == 1) ((short *)o.idx)[t * K + k] = (short)e;
-          else if (index_dtype == 2) ((long long *)o.idx)[t * K + k] = e;
-          else ((int *)o.idx)[t * K + k] = e;
-        }
-        if (o.weights) o.weights[t * K + k] = SCALING * p;
-        if ((unsigned)e < (unsigned)E) {
-          if (o.probs) o.probs[t * E + e] = from_f32<logit_t>(SCALING * p);
-          if (o.map) o.map[t * E + e] = 1;
-          if (POST_SOFTMAX && o.inter) o.inter[t * E + e] = p;
-          if (want_counts) atomicAdd(&hist[e], 1);
-          if (o.bitmap) atomicOr(&bits[e >> 5], 1u << (e & 31));
-        }
-      }
-      if constexpr (QB) { // the (K+1)-th pick's routing value is the cutoff
-        const float cutoff = nwin > K ? win[K < PICKS ? K : 0].x : -MOEGEN_INF;
-        if (o.qb_cutoff && tl == 0) o.qb_cutoff[t] = cutoff;
-        if (o.qb_hist && owned) qb_accumulate(o.qb_hist, o.qb_bounds, qb_bins, cutoff, s, base);
-      }
-    }
-    if (o.bitmap) {
-      __syncwarp();
-      if (live)
-        for (int b = tl; b < NBYTES; b += L) o.bitmap[t * NBYTES + b] = (u8)(bits[b >> 2] >> (8 * (b & 3)));
-    }
-  }
-  if (want_counts) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-      if (hist[e]) atomicAdd(&o.counts[e], hist[e]);
-  }
+  router::Kernel::run(o, T, index_dtype, qb_bins, smem);
 }
-// ---------------------------------------------------------------- router forward
-// Fused top-k router (SPEC.md section 1), specialized for:
-//   E = 256, K = 8, score = sigmoid,
-//   groups = 8 x 32 (keep 4), bias = true, scaling = 2.5
-//   logits bf16; 32 lanes per token, 8 experts per lane
-//
-// Selection by threshold and rank, per token:
-//  1. each lane scores its V experts and keeps its D largest routing values;
-//  2. a lower bound tau of the PICKS-th largest routing value: the smallest
-//     group top-KG value of the kept groups (grouped), or the Q-th largest of
-//     the lanes' D-th values (Q lanes hold Q * D >= PICKS values >= it);
-//  3. the candidates, routing values >= tau (~11 of 256 for DeepSeek-V3's
-//     inputs), go to a shared list in expert order; each is ranked by the
-//     candidates that beat it (value descending, then id ascending: SPEC's
-//     tie order), rank k < PICKS is pick k;
-//  4. a warp with a token of more than CAP candidates (ties), or a kernel of
-//     one lane a token, picks instead by PICKS argmax passes over them;
-//  5. the lanes owning experts write the dense rows (zeros / intermediate);
-//     the picks' lanes write their entries over them.
-// A PASSES kernel (one token a warp, few experts a lane: the small-T one)
-// replaces steps 2-4 by PICKS passes of a warp-wide max (select_passes):
-// a shorter chain of dependent steps where latency, not issue, is the cost.
+
+// moegen_router_fwd_small's plan (plan.router_small)
 namespace router_small {
-constexpr int E = 256;          // experts
-constexpr int K = 8;          // selected per token
-constexpr int L = 32;          // lanes per token (power of two)
-constexpr int S = 4;          // lanes per expert group (power of two, divides L)
-constexpr int NG = 8;         // expert groups (1 = no group-limited routing)
-constexpr int G = 32;          // experts per group
-constexpr int V = 8;          // experts per lane: lane l owns [l * V, l * V + V)
-constexpr int KG = 2;         // top values summed into a group's score
-constexpr int GTOPK = 4;      // groups kept per token
-constexpr int D = 2;          // routing values a lane keeps for the bound
-constexpr int Q = 0;          // ungrouped: the bound is the Q-th largest lane value
-constexpr int CAP = 32;        // candidates a token may list (more: argmax passes)
-constexpr bool GROUPED = true;
-constexpr bool PASSES = true;  // selection by passes of a warp-wide max (select_passes)
-constexpr int VP = 12;         // floats of a lane's slice in shared rows (an odd number of 16-byte units)
-constexpr int ROW = L * VP;                     // floats of a token's shared row
-constexpr bool FULL = L * V == E;               // every lane holds V real experts
-constexpr int LVEC = 8;       // logits/probs elements per access
-constexpr int MVEC = 8;       // routing-map bytes per access
-constexpr int IVEC = 4;       // intermediate floats per access
-constexpr int SVEC = 4;       // shared-row floats per access
-constexpr int THREADS = 256;          // the largest block (its slots fit the smem target); the host may launch fewer warps
-constexpr int NBYTES = (E + 7) / 8;             // bitmap bytes per token
-constexpr int NBW = (E + 31) / 32;              // bitmap words per token (shared)
-enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
-constexpr int SCORE = 0;
-constexpr bool PRE_SOFTMAX = false;
-constexpr bool POST_SOFTMAX = SCORE == SOFTMAX && !PRE_SOFTMAX;
-constexpr bool HAS_BIAS = true;
-constexpr bool QB = false; // quantile balancing (SPEC 3)
-constexpr int PICKS = QB ? K + 1 : K; // picks: QB's (K+1)-th is the cutoff
-constexpr float SCALING = 2.500000000e+00f;
-constexpr float EPSILON = 1e-20f;
-typedef bf16_t logit_t;
-typedef u32 mask_t; // one bit per position of a lane
-
-// Shared memory: the expert histogram of the fused counts, then one slot
-// per token of the block: its routing scores (row), its candidates and
-// picks as (value, id) pairs, its bitmap words. The bias is not in shared
-// memory (a fill would put its latency before the first token's logits
-// load): each lane holds its V values in registers, loaded once before
-// the token loop, and the candidate list reads it from global memory (L1).
-constexpr int align16(int n) { return (n + 15) / 16 * 16; }
-constexpr int OFF_SLOTS = align16(4 * E);
-constexpr int OFF_CAND = ROW * 4, OFF_WIN = OFF_CAND + 8 * CAP, OFF_BITS = OFF_WIN + 8 * PICKS;
-constexpr int SLOT_BYTES = align16(OFF_BITS + 4 * NBW);
-constexpr int SMEM_BYTES = OFF_SLOTS + THREADS / L * SLOT_BYTES;
-static_assert(SMEM_BYTES == 16128, "plan.lua's smem_bytes");
-
-static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per token");
-static_assert(S >= 1 && L % S == 0 && (!GROUPED || G == S * V), "a group is S whole lanes");
-static_assert(V % LVEC == 0 && V % MVEC == 0 && V % IVEC == 0 && V % SVEC == 0, "vector widths");
-static_assert(V <= 64, "selection mask is 64 bits");
-static_assert(VP >= V && VP % 4 == 0, "shared slices are 16-byte aligned");
-static_assert(D >= 1 && D <= V && (!GROUPED || D == (KG < V ? KG : V)), "a lane's list holds its group top-KG");
-static_assert(GROUPED || (Q >= 1 && Q <= L && Q * D >= PICKS), "Q lanes' D values bound the picks");
-static_assert(CAP >= PICKS && CAP <= E, "candidate list");
-static_assert(!PASSES || L == 32, "passes take one token a warp");
-static_assert(K <= E && (!GROUPED || (KG * GTOPK == K && KG <= G)), "top-k shape");
-static_assert(!QB || (SCORE == SIGMOID && HAS_BIAS && !GROUPED && K < E), "quantile balancing");
-
-// Lanes [seg0, seg0 + L) of the warp that serve this lane's token, as a
-// ballot mask.
-__device__ __forceinline__ u32 token_lanes(int lane) {
-  return L == 32 ? MOEGEN_FULL_MASK : ((1u << L) - 1) << (lane & ~(L - 1));
-}
-
-// The minimum of x over aligned segments of W lanes where x is already
-// the same on aligned runs of R lanes (R = W: x itself).
-template <int W, int R> __device__ __forceinline__ float seg_min(float x) {
-#pragma unroll
-  for (int o = W / 2; o >= R; o /= 2) x = fminf(x, __shfl_xor_sync(MOEGEN_FULL_MASK, x, o));
-  return x;
-}
-
-// Inserts x into the descending list t (values only; a value held twice
-// counts twice).
-template <int N> __device__ __forceinline__ void list_insert(float (&t)[N], float x) {
-#pragma unroll
-  for (int d = N - 1; d > 0; d--) t[d] = fmaxf(t[d], fminf(x, t[d - 1]));
-  t[0] = fmaxf(t[0], x);
-}
-
-// Group score (SPEC 1 step 3): the sum of the top KG routing values of the
-// group, added in descending order from 0 like the reference. Each lane
-// starts from its own top D (D = min(KG, V)); a butterfly over the group's S
-// lanes merges the partner's list into its own. m ends as the group's top KG
-// in every lane of the group.
-__device__ __forceinline__ float group_score(const float (&top)[D], float (&m)[KG > 0 ? KG : 1]) {
-  constexpr int N = KG > 0 ? KG : 1;
-#pragma unroll
-  for (int j = 0; j < N; j++) m[j] = j < D ? top[j < D ? j : 0] : -MOEGEN_INF;
-#pragma unroll
-  for (int o = S / 2; o > 0; o /= 2) {
-    float p[N];
-#pragma unroll
-    for (int j = 0; j < N; j++) p[j] = __shfl_xor_sync(MOEGEN_FULL_MASK, m[j], o);
-#pragma unroll
-    for (int j = 0; j < N; j++) list_insert(m, p[j]);
+struct Plan {
+  static constexpr int E = 256, K = 8, L = 32, S = 4, NG = 8, G = 32, V = 8;
+  static constexpr int KG = 2, GTOPK = 4, D = 2, Q = 0, CAP = 32;
+  static constexpr bool GROUPED = true, PASSES = true;
+  static constexpr int VP = 12, LVEC = 8, MVEC = 8, IVEC = 4, SVEC = 4;
+  static constexpr int THREADS = 256, SMEM_BYTES = 16128;
+  typedef bf16_t logit_t;
+  typedef u32 mask_t;
+  // select_passes' sort: 19 compare-exchanges, in order
+  template <class F> static __device__ __forceinline__ void sort_pairs(F &&exchange) {
+    exchange(0, 1);
+    exchange(2, 3);
+    exchange(4, 5);
+    exchange(6, 7);
+    exchange(0, 2);
+    exchange(1, 3);
+    exchange(4, 6);
+    exchange(5, 7);
+    exchange(1, 2);
+    exchange(5, 6);
+    exchange(0, 4);
+    exchange(1, 5);
+    exchange(2, 6);
+    exchange(3, 7);
+    exchange(2, 4);
+    exchange(3, 5);
+    exchange(1, 2);
+    exchange(3, 4);
+    exchange(5, 6);
   }
-  float g = 0.f;
-#pragma unroll
-  for (int j = 0; j < N; j++) g += m[j];
-  return g;
-}
-
-// Candidate a beats candidate b: value descending, then id ascending
-// (bitwise operators: no branches in the ranking loop).
-__device__ __forceinline__ int beats(float2 a, float2 b) {
-  return (a.x > b.x) | ((a.x == b.x) & (__float_as_int(a.y) < __float_as_int(b.y)));
-}
-
-// 1/y for y >= 1, branch-free: the fast path of IEEE __frcp_rn (an
-// approximate reciprocal and one fma correction step, the same value as
-// 1.f / y wherever 1/y is a normal float), and 0 where it is not (y > 2^126,
-// logits below -87). Keeping the slow path out lets the compiler interleave
-// the V sigmoids of a lane.
-__device__ __forceinline__ float rcp_ge1(float y) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
-  r = fmaf(r, -fmaf(y, r, -1.f), r);
-  return y < 8.507059e37f ? r : 0.f;
-}
-// sigmoid by the hardware exp2 (ex2.approx: ~2 ulp, -x log2(e) rounded
-// once): 2 instructions for expf's 8. Scores within a few ulp of the
-// reference's (SPEC 6 tolerances; a near tie at the K-th value may flip,
-// as with expf: tests/gpu/router_check.h). Measured (run 21, H100):
-// DeepSeek-V3 T = 16384 forward 17.15 -> 15.78 us.
-__device__ __forceinline__ float sigmoid(float x) {
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.44269504f));
-  return rcp_ge1(1.f + e);
-}
-__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-// The unbiased score s of one logit (sigmoid / sqrtsoftplus).
-__device__ __forceinline__ float score_of(float x) {
-  return SCORE == SIGMOID ? sigmoid(x) : sqrtf(softplus(x));
-}
-
-// One token a warp: PICKS passes of a warp-wide max over the lanes' routing
-// values (kept: the lane's group is kept). Each lane first sorts its (key,
-// position) pairs, key = order_key of the routing value (0: -inf, NaN or a
-// group not kept: never picked), in the top-k order: key descending, then
-// position ascending. Pass k takes the largest head key; of the lanes holding
-// it the lowest (the lowest ids: lane l owns [l * V, l * V + V)) lists it as
-// pick k = (value, id) in win, or (-inf, E) once no key is left, and moves
-// on to its next pair. A pass is ~6 dependent steps (redux, compare, ballot,
-// compare, select), none of them a shuffle or a shared-memory round trip.
-__device__ __forceinline__ void select_passes(const float (&r)[V], bool kept, int base, int lane,
-                                              float2 *win) {
-  u32 sk[V]; // keys, sorted
-  int sp[V]; // their positions
-#pragma unroll
-  for (int i = 0; i < V; i++) {
-    sk[i] = kept && r[i] > -MOEGEN_INF ? order_key(r[i]) : 0u;
-    sp[i] = i;
-  }
-  // Batcher's odd-even merge sort (plan.lua's sort_pairs: 19 compare-exchanges)
-  auto exchange = [&](int a, int b) {
-    const bool swap = sk[b] > sk[a] || (sk[b] == sk[a] && sp[b] < sp[a]);
-    const u32 ka = sk[a], kb = sk[b];
-    const int pa = sp[a], pb = sp[b];
-    sk[a] = swap ? kb : ka;
-    sk[b] = swap ? ka : kb;
-    sp[a] = swap ? pb : pa;
-    sp[b] = swap ? pa : pb;
-  };
-  exchange(0, 1);
-  exchange(2, 3);
-  exchange(4, 5);
-  exchange(6, 7);
-  exchange(0, 2);
-  exchange(1, 3);
-  exchange(4, 6);
-  exchange(5, 7);
-  exchange(1, 2);
-  exchange(5, 6);
-  exchange(0, 4);
-  exchange(1, 5);
-  exchange(2, 6);
-  exchange(3, 7);
-  exchange(2, 4);
-  exchange(3, 5);
-  exchange(1, 2);
-  exchange(3, 4);
-  exchange(5, 6);
-  u32 pos = 0; // the sorted positions, 4 bits each (V <= 8), the head's lowest
-#pragma unroll
-  for (int i = 0; i < V; i++) pos |= (u32)sp[i] << (4 * i);
-  const u32 below = (1u << lane) - 1u; // lanes before this one
-#pragma unroll 1
-  for (int k = 0; k < PICKS; k++) {
-    const u32 m = __reduce_max_sync(MOEGEN_FULL_MASK, sk[0]);
-    const bool holds = sk[0] == m;
-    const u32 holders = __ballot_sync(MOEGEN_FULL_MASK, holds);
-    if (holds && !(holders & below)) {
-      win[k] = m ? make_float2(order_key_value(m), __int_as_float(base + (int)(pos & 15u)))
-                 : make_float2(-MOEGEN_INF, __int_as_float(E));
-#pragma unroll
-      for (int i = 0; i + 1 < V; i++) sk[i] = sk[i + 1];
-      sk[V - 1] = 0u;
-      pos >>= 4;
-    }
-  }
-}
-
-// Quantile balancing: hist[e, bin] += 1 for each real expert e of the lane,
-// bin = floor((cutoff - s_e - lower) * (bins / (upper - lower))) in fp32,
-// clamped to [0, bins - 1]. Explicit _rn intrinsics: no contraction, so the
-// bins are exactly those of the fp32 formula.
-__device__ __forceinline__ void qb_accumulate(int *hist, const float *bounds, int bins, float cutoff,
-                                              const float (&s)[V], int base) {
-  const float lo = __ldg(bounds), hi = __ldg(bounds + 1);
-  const float scale = __fdiv_rn((float)bins, __fsub_rn(hi, lo));
-#pragma unroll
-  for (int i = 0; i < V; i++) {
-    if (base + i < E) {
-      const float f = floorf(__fmul_rn(__fsub_rn(__fsub_rn(cutoff, s[i]), lo), scale));
-      const int bin = f < 0.f ? 0 : f >= (float)(bins - 1) ? bins - 1 : (int)f;
-      atomicAdd(hist + (long long)(base + i) * bins + bin, 1);
-    }
-  }
-}
-
-// Writes a token's dense row dst [E] in W-element vectors, lane tl of the
-// token taking vectors tl, tl + L, ...: consecutive lanes on consecutive
-// vectors, whole 32-byte sectors a store (each lane storing its own slice
-// of over one vector would leave half of each sector to its next store).
-// value(e, v) fills the vector of elements [e, e + W).
-template <typename T, int W, typename F>
-__device__ __forceinline__ void fill_row(T *dst, int tl, F value) {
-  static_assert(E % W == 0, "vectors tile the row");
-#pragma unroll
-  for (int c = tl; c < E / W; c += L) {
-    T v[W];
-    value(c * W, v);
-    store_vec<T, W>(dst + c * W, v);
-  }
-}
-
-// Kernel arguments, passed by value as one struct.
-struct Outputs {
-  const logit_t *logits;
-  const float *bias;
-  logit_t *probs;
-  u8 *map;
-  u8 *bitmap;
-  void *idx; // int32 / int16 / int64 by the kernel's index_dtype argument
-  float *weights;
-  float *inter;
-  int *counts;
-  int *qb_hist;           // [E, qb_bins] accumulated in place
-  const float *qb_bounds; // [2] lower, upper
-  float *qb_cutoff;       // [T]
 };
+typedef router_fwd::Kernel<Plan> Kernel;
+typedef Kernel::Outputs Outputs;
+constexpr int THREADS = Kernel::THREADS;
 } // namespace router_small
 
-// Grid: persistent, any number of blocks of any multiple of 32 threads up to
-// THREADS (a block serves blockDim.x / L tokens per iteration; the host
-// picks the shape, see runtime/ops_router.c); dynamic smem = SMEM_BYTES.
-// logits [T,E]  bias [E] fp32  probs [T,E]  map [T,E] u8  bitmap [T,NBYTES] u8
-// idx [T,K] (index_dtype 0 int32, 1 int16, 2 int64)  weights [T,K] f32
-// inter [T,E] f32  counts [E] i32 (zeroed by the host before the launch).
-// QB modules: qb_hist [E, qb_bins] i32 (+= one count per (token, expert))
-// qb_bounds [2] f32  qb_cutoff [T] f32. Any output may be null.
 extern "C" __global__ void __launch_bounds__(router_small::THREADS)
 moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_bins) {
-  using namespace router_small;
   extern __shared__ __align__(16) unsigned char smem[];
-  int *hist = reinterpret_cast<int *>(smem);                    // [E]
-  const int lane = threadIdx.x & 31;
-  const int tl = lane & (L - 1);       // lane within the token
-  const int group = tl / S;            // expert group of this lane
-  const int base = tl * V;             // first expert of this lane (= group * G + (tl % S) * V)
-  const int off = tl * VP;             // this lane's slice of a shared row
-  const int seg0 = lane & ~(L - 1);    // the token's first lane
-  const int slot = threadIdx.x / L;
-  unsigned char *sp = smem + OFF_SLOTS + slot * SLOT_BYTES;
-  float *row = reinterpret_cast<float *>(sp);               // [ROW] scores s (softmax: s = r)
-  float2 *cand = reinterpret_cast<float2 *>(sp + OFF_CAND); // [CAP] (routing value, id)
-  float2 *win = reinterpret_cast<float2 *>(sp + OFF_WIN);   // [PICKS] pick k = (value, id)
-  u32 *bits = reinterpret_cast<u32 *>(sp + OFF_BITS);       // [NBW] bitmap words
-  const bool want_counts = o.counts != nullptr;
-  // The lane's expert bias (0 without), for every token it serves: loaded
-  // once, so no token waits on it (the per-token loads sat after the scores).
-  float b[V];
-#pragma unroll
-  for (int i = 0; i < V; i += IVEC) {
-    if (HAS_BIAS && base + i < E) load_vec<float, IVEC>(o.bias + base + i, b + i);
-    else
-#pragma unroll
-      for (int j = 0; j < IVEC; j++) b[i + j] = 0.f;
-  }
-  if (want_counts)
-    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
-  __syncthreads();
-  const int tokens_per_block = blockDim.x / L;
-  for (long long t0 = (long long)blockIdx.x * tokens_per_block; t0 < T;
-       t0 += (long long)gridDim.x * tokens_per_block) {
-    __syncwarp(); // the slot's last readers are done
-    const long long t = t0 + slot;
-    const bool live = t < T;
-    const bool owned = live && group < NG && base < E; // lane holds real experts
-    // ---- load logits, compute scores. FULL: every lane holds V real
-    // experts, so lanes of a token past T read row t0 (any real row) and
-    // nothing is predicated; what they pick is never written.
-    float x[V];
-#pragma unroll
-    for (int i = 0; i < V; i += LVEC) {
-      logit_t v[LVEC];
-      if (FULL || (owned && base + i < E)) {
-        load_vec<logit_t, LVEC>(o.logits + (FULL && !live ? t0 : t) * E + base + i, v);
-#pragma unroll
-        for (int j = 0; j < LVEC; j++) x[i + j] = to_f32(v[j]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < LVEC; j++) x[i + j] = -MOEGEN_INF;
-      }
-    }
-    float r[V]; // routing value: what top-k ranks
-    float s[V]; // what the probs are made of (unbiased score / softmax / logit)
-    if constexpr (SCORE == SOFTMAX && PRE_SOFTMAX) {
-      float m = -MOEGEN_INF;
-#pragma unroll
-      for (int i = 0; i < V; i++) m = fmaxf(m, x[i]);
-      m = seg_max<L>(m);
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < V; i++) {
-        s[i] = x[i] == -MOEGEN_INF ? 0.f : expf(x[i] - m);
-        sum += s[i];
-      }
-      float inv = 1.f / seg_sum<L>(sum);
-#pragma unroll
-      for (int i = 0; i < V; i++) {
-        s[i] *= inv;
-        r[i] = x[i] == -MOEGEN_INF ? -MOEGEN_INF : s[i];
-      }
-    } else if constexpr (SCORE == SOFTMAX) {
-#pragma unroll
-      for (int i = 0; i < V; i++) r[i] = s[i] = x[i];
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; i++) {
-        s[i] = score_of(x[i]);
-        const float v = HAS_BIAS ? s[i] + b[i] : s[i];
-        r[i] = FULL || (owned && base + i < E) ? v : -MOEGEN_INF;
-      }
-    }
-    // ---- the token's scores to its shared row (FULL: also past T, so what
-    // those lanes list is what they scored); dense outputs the picks overwrite
-    if (FULL || owned) {
-#pragma unroll
-      for (int i = 0; i < V; i += SVEC) {
-        float v[SVEC];
-#pragma unroll
-        for (int j = 0; j < SVEC; j++) v[j] = s[i + j];
-        store_vec<float, SVEC>(row + off + i, v);
-      }
-    }
-    if (live) {
-      if (o.probs) fill_row<logit_t, LVEC>(o.probs + t * E, tl, [](int, logit_t *v) {
-#pragma unroll
-          for (int j = 0; j < LVEC; j++) v[j] = from_f32<logit_t>(0.f);
-        });
-      if (o.map) fill_row<u8, MVEC>(o.map + t * E, tl, [](int, u8 *v) {
-#pragma unroll
-          for (int j = 0; j < MVEC; j++) v[j] = 0;
-        });
-      if (POST_SOFTMAX && o.inter) fill_row<float, IVEC>(o.inter + t * E, tl, [](int, float *v) {
-#pragma unroll
-          for (int j = 0; j < IVEC; j++) v[j] = -MOEGEN_INF; // the picks write their probs
-        });
-    }
-    if (SCORE == SQRTSOFTPLUS && owned && o.inter) { // the logits, in the lane's registers only
-#pragma unroll
-      for (int i = 0; i < V; i += IVEC) {
-        float v[IVEC];
-#pragma unroll
-        for (int j = 0; j < IVEC; j++) v[j] = x[i + j];
-        if (base + i < E) store_vec<float, IVEC>(o.inter + t * E + base + i, v);
-      }
-    }
-    if (o.bitmap)
-      for (int w = tl; w < NBW; w += L) bits[w] = 0;
-    // ---- the lane's D best routing values, the bound tau
-    float top[D];
-#pragma unroll
-    for (int d = 0; d < D; d++) top[d] = -MOEGEN_INF;
-#pragma unroll
-    for (int i = 0; i < V; i++) list_insert(top, r[i]);
-    float tau = 0.f;  // the bound (threshold selection)
-    bool kept = true; // the lane's group is kept
-    if constexpr (GROUPED) {
-      // A group is kept iff fewer than GTOPK groups rank before it; the kept
-      // groups' KG-th values bound the K picks (GTOPK * KG = K of them).
-      float m[KG > 0 ? KG : 1];
-      const float gscore = group_score(top, m);
-      const float gv = group < NG ? gscore : -MOEGEN_INF;
-      int rank = 0;
-#pragma unroll
-      for (int g = 0; g < NG; g++) {
-        const float og = __shfl_sync(MOEGEN_FULL_MASK, gv, seg0 + g * S);
-        rank += ranks_before(og, g, gv, group);
-      }
-      kept = rank < GTOPK && group < NG;
-      if constexpr (!PASSES) tau = seg_min<L, S>(kept ? m[KG - 1] : MOEGEN_INF); // m: the same on a group's S lanes
-    } else if constexpr (!PASSES) {
-      // The Q-th largest of the lanes' D-th values (ties by lane).
-      const float mine = top[D - 1];
-      int rank = 0;
-#pragma unroll
-      for (int l = 0; l < L; l++) {
-        const float ol = __shfl_sync(MOEGEN_FULL_MASK, mine, seg0 + l);
-        rank += ol > mine || (ol == mine && l < tl);
-      }
-      const u32 at = __ballot_sync(MOEGEN_FULL_MASK, rank == Q - 1) & token_lanes(lane);
-      tau = __shfl_sync(MOEGEN_FULL_MASK, mine, __ffs(at) - 1);
-    }
-    int nwin; // picks listed in win (fewer than PICKS only without enough finite values)
-    if constexpr (PASSES) {
-      select_passes(r, kept, base, lane, win);
-      nwin = PICKS;
-    } else {
-      // ---- candidates: the lane's routing values >= tau, at list position pos
-      const float lo = fmaxf(tau, -3.402823466e38f); // -inf is never a candidate
-      mask_t cm = 0;
-#pragma unroll
-      for (int i = 0; i < V; i++) cm |= r[i] >= lo ? (mask_t)1 << i : 0;
-      if (!kept) cm = 0;
-      const int mine_n = sizeof(mask_t) == 8 ? __popcll((u64)cm) : __popc((u32)cm);
-      int incl = mine_n; // inclusive prefix over the token's lanes
-#pragma unroll
-      for (int d = 1; d < L; d *= 2) {
-        const int y = __shfl_up_sync(MOEGEN_FULL_MASK, incl, d);
-        if (tl >= d) incl += y;
-      }
-      const int n = __shfl_sync(MOEGEN_FULL_MASK, incl, seg0 + L - 1);
-      if (L == 1 || __any_sync(MOEGEN_FULL_MASK, n > CAP)) {
-        // PICKS argmax passes over the candidates, for the whole warp: where a
-        // token has many (ties), and at one lane a token, where the passes
-        // need no shuffles and the shared list would be pure overhead.
-        mask_t left = cm;
-#pragma unroll 1
-        for (int k = 0; k < PICKS; k++) {
-          float bv = -MOEGEN_INF;
-          int bi = 0;
-#pragma unroll
-          for (int i = 0; i < V; i++) {
-            const bool better = (left >> i) & 1 && r[i] > bv; // strict: the lowest position of equals
-            bv = better ? r[i] : bv;
-            bi = better ? i : bi;
-          }
-          const u64 key = bv > -MOEGEN_INF ? rank_key(bv, base + bi) : 0ull;
-          const u64 best = seg_argmax<L>(key);
-          if (best != 0ull && key == best) left &= ~((mask_t)1 << bi);
-          if (tl == k % L)
-            win[k] = best != 0ull ? make_float2(rank_key_value(best), __int_as_float(rank_key_id(best)))
-                                  : make_float2(-MOEGEN_INF, __int_as_float(E));
-        }
-        nwin = PICKS;
-      } else {
-        int at = incl - mine_n;
-        for (mask_t m = cm; m; m &= m - 1) {
-          const int i = sizeof(mask_t) == 8 ? __ffsll((long long)m) - 1 : __ffs((int)m) - 1;
-          const float v = HAS_BIAS ? row[off + i] + o.bias[base + i] : row[off + i];
-          cand[at++] = make_float2(v, __int_as_float(base + i));
-        }
-        __syncwarp();
-        for (int c = tl; c < n; c += L) {
-          const float2 me = cand[c];
-          int rank = 0;
-          for (int q = 0; q < n; q++) rank += beats(cand[q], me);
-          if (rank < PICKS) win[rank] = me;
-        }
-        nwin = n < PICKS ? n : PICKS;
-      }
-    }
-    __syncwarp();
-    // ---- the intermediate of sigmoid / pre-softmax: the scores s, from the
-    // token's shared row (complete since the warp sync above)
-    if (SCORE != SQRTSOFTPLUS && !POST_SOFTMAX && live && o.inter)
-      fill_row<float, IVEC>(o.inter + t * E, tl, [&](int e, float *v) {
-        load_vec<float, IVEC>(row + e / V * VP + e % V, v);
-      });
-    // ---- the picks: lane tl writes pick k = j * L + tl
-    constexpr int J = (PICKS + L - 1) / L;
-    int pe[J];   // expert id (E: none; NaN inputs may leave others: only ids < E are used)
-    float pv[J]; // routing value
-    float ps[J]; // score s
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      const int k = j * L + tl;
-      const float2 w = k < nwin ? win[k < PICKS ? k : 0] : make_float2(-MOEGEN_INF, __int_as_float(E));
-      pe[j] = __float_as_int(w.y);
-      pv[j] = w.x;
-      ps[j] = (unsigned)pe[j] < (unsigned)E ? row[pe[j] / V * VP + pe[j] % V] : 0.f;
-    }
-    float top_value = 0.f; // post-softmax shift: the best routing value
-    if constexpr (POST_SOFTMAX) top_value = nwin > 0 ? win[0].x : 0.f;
-    float part = 0.f; // this lane's share of the picks' sum of scores (post-softmax: exps)
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      if (j * L + tl < K && (unsigned)pe[j] < (unsigned)E) {
-        if constexpr (POST_SOFTMAX) part += expf(pv[j] - top_value);
-        else part += ps[j];
-      }
-    }
-    float scale; // p = s * scale (post-softmax: p = exp(v - top) * scale)
-    if constexpr (SCORE == SOFTMAX) scale = PRE_SOFTMAX ? 1.f : 1.f / seg_sum<L>(part);
-    else scale = K > 1 ? 1.f / (seg_sum<L>(part) + EPSILON) : 1.f;
-    if (live) {
-#pragma unroll
-      for (int j = 0; j < J; j++) {
-        const int k = j * L + tl, e = pe[j];
-        if (k >= K) continue;
-        const float p = (unsigned)e >= (unsigned)E ? 0.f : POST_SOFTMAX ? expf(pv[j] - top_value) * scale : ps[j] * scale;
-        if (o.idx) {
-          if (index_dtype == 1) ((short *)o.idx)[t * K + k] = (short)e;
-          else if (index_dtype == 2) ((long long *)o.idx)[t * K + k] = e;
-          else ((int *)o.idx)[t * K + k] = e;
-        }
-        if (o.weights) o.weights[t * K + k] = SCALING * p;
-        if ((unsigned)e < (unsigned)E) {
-          if (o.probs) o.probs[t * E + e] = from_f32<logit_t>(SCALING * p);
-          if (o.map) o.map[t * E + e] = 1;
-          if (POST_SOFTMAX && o.inter) o.inter[t * E + e] = p;
-          if (want_counts) atomicAdd(&hist[e], 1);
-          if (o.bitmap) atomicOr(&bits[e >> 5], 1u << (e & 31));
-        }
-      }
-      if constexpr (QB) { // the (K+1)-th pick's routing value is the cutoff
-        const float cutoff = nwin > K ? win[K < PICKS ? K : 0].x : -MOEGEN_INF;
-        if (o.qb_cutoff && tl == 0) o.qb_cutoff[t] = cutoff;
-        if (o.qb_hist && owned) qb_accumulate(o.qb_hist, o.qb_bounds, qb_bins, cutoff, s, base);
-      }
-    }
-    if (o.bitmap) {
-      __syncwarp();
-      if (live)
-        for (int b = tl; b < NBYTES; b += L) o.bitmap[t * NBYTES + b] = (u8)(bits[b >> 2] >> (8 * (b & 3)));
-    }
-  }
-  if (want_counts) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-      if (hist[e]) atomicAdd(&o.counts[e], hist[e]);
-  }
+  router_small::Kernel::run(o, T, index_dtype, qb_bins, smem);
 }
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 1 // router_train
