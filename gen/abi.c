@@ -301,12 +301,17 @@ static int check_kernel(const moegen_abi_kernel *k, const declared_param *got, s
   for (size_t j = 0; j < ngot; j++) b[j] = got[j].name;
   list_names(wants, sizeof wants, a, nwant);
   list_names(gots, sizeof gots, b, ngot);
+  char at[160];
+  if (i < ngot && i < nwant)
+    snprintf(at, sizeof at, "parameter %zu is %s (%s) where the table has %s (%s)", i + 1,
+             got[i].name, type_class(got[i].type), want[i].name, want[i].cls);
+  else if (i < nwant)
+    snprintf(at, sizeof at, "parameter %zu, %s (%s), is missing", i + 1, want[i].name, want[i].cls);
+  else
+    snprintf(at, sizeof at, "parameter %zu, %s, is not in the table", i + 1, got[i].name);
   return fail(err, "%s: the rendered kernel declares (%s) but moegen/abi.def's %s signature is "
-              "(%s)%s: parameter %zu (%s) differs in name or kind (%s vs %s)",
-              k->name, gots, k->signature, wants, portable ? " on the portable path" : "", i + 1,
-              i < ngot ? got[i].name : i < nwant ? want[i].name : "?",
-              i < ngot ? type_class(got[i].type) : "missing",
-              i < nwant ? want[i].cls : "none");
+              "(%s)%s: %s", k->name, gots, k->signature, wants,
+              portable ? " on the portable path" : "", at);
 }
 
 int moegen_abi_check_source(const char *cu, const moegen_image *image, moegen_error *err) {

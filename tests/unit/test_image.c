@@ -56,7 +56,8 @@ static void signature_check(const moegen_image *img) {
   moegen_error err = {0};
   CHECK(moegen_abi_check_source(img->source, img, &err) == 0, "rendered source fails: %s", err.msg);
   static const char *const edits[][3] = {
-      {"int T, int index_dtype, int qb_bins", "int T, int qb_bins, int index_dtype", "moegen_router_fwd"},
+      {"moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins)",
+       "moegen_router_fwd(router::Outputs o, int T, int qb_bins, int index_dtype)", "moegen_router_fwd"},
       {"moegen_sort_chunks(", "moegen_sort_chunks_gone(", "moegen_sort_chunks_gone"},
       {"extern \"C\" __global__ void __launch_bounds__(perm::GTHREADS, 3)\nmoegen_unpermute(",
        "__global__ void __launch_bounds__(perm::GTHREADS, 3)\nmoegen_unpermute(", "moegen_unpermute"}};
