@@ -29,17 +29,7 @@ done
 [ -x "$B"/moegen-floor ] && "$B"/moegen-floor | tee "$out/floor.jsonl"
 if [ -n "${MOEGEN_BASE:-}" ]; then
   "$MOEGEN_BASE"/moegen-bench ${MOEGEN_BENCH_ARGS:-} | grep -v '^seed' > "$out/base.jsonl"
-  python3 - "$out/base.jsonl" "$out/moegen.jsonl" <<'PY'
-import json, sys
-def load(p):
-    return {(r["stage"], r["model"], r["tokens"]): r for r in map(json.loads, filter(lambda l: l.startswith("{"), open(p))) if r.get("peer") == "moegen"}
-base, new = load(sys.argv[1]), load(sys.argv[2])
-print("| stage | model | tokens | base ms | build ms | change |\n|---|---|---|---|---|---|")
-for k in sorted(set(base) | set(new), key=lambda k: (k[1], k[2], k[0])):
-    b, n = base.get(k, {}).get("ms"), new.get(k, {}).get("ms")
-    ch = f"{(n / b - 1) * 100:+.1f}%" if b and n else "-"
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {b if b else '-'} | {n if n else '-'} | {ch} |")
-PY
+  python3 "$(dirname "$0")"/ab.py "$out/base.jsonl" "$out/moegen.jsonl"
 fi
 python3 "$P"/peers.py "$@" > "$out/peers.jsonl" 2> "$out/peers.err"
 echo "peers rc=$?"
