@@ -414,15 +414,18 @@ int moegen_abi_export(moegen_sandbox *sb, moegen_error *err) {
   put(&t, "return {\n  dtype = {");
 #define LUA_DTYPE(e, name, value, bytes) put(&t, " %s = %d,", #name, value);
 #define LUA_DTYPE_BYTES(e, name, value, bytes) put(&t, " %s = %d,", #name, bytes);
-#define LUA_SCORE(e, name, value) put(&t, " %s = %d,", #name, value);
-#define LUA_LIMIT(e, name, value) put(&t, " %s = %d,", #name, value);
+#define LUA_NAMED(e, name, value) put(&t, " %s = %d,", #name, value); /* the (e, name, value) lists */
   MOEGEN_DTYPES(LUA_DTYPE)
   put(&t, " },\n  dtype_bytes = {");
   MOEGEN_DTYPES(LUA_DTYPE_BYTES)
   put(&t, " },\n  score = {");
-  MOEGEN_SCORES(LUA_SCORE)
+  MOEGEN_SCORES(LUA_NAMED)
+  put(&t, " },\n  index_dtype = {");
+  MOEGEN_INDEX_DTYPES(LUA_NAMED)
+  put(&t, " },\n  count_dtype = {");
+  MOEGEN_COUNT_DTYPES(LUA_NAMED)
   put(&t, " },\n  limits = {");
-  MOEGEN_LIMITS(LUA_LIMIT)
+  MOEGEN_LIMITS(LUA_NAMED)
   put(&t, " },\n  kernels = {\n");
   for (size_t i = 0; i < moegen_abi_kernel_count; i++) {
     const moegen_abi_kernel *k = &moegen_abi_kernels[i];

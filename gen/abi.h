@@ -48,7 +48,8 @@ int moegen_abi_present(const moegen_image *image, const char *name);
 int moegen_abi_read_plan(moegen_sandbox *sb, moegen_image *image, moegen_error *err);
 
 /* Runs the generated chunk that sets global `abi` in sb: abi.dtype,
- * abi.dtype_bytes, abi.score, abi.limits (moegen/types.h) and abi.kernels
+ * abi.dtype_bytes, abi.score, abi.index_dtype, abi.count_dtype, abi.limits
+ * (moegen/types.h) and abi.kernels
  * (name = {name, unit, plan, params = {parameter names, launch order}}). */
 int moegen_abi_export(moegen_sandbox *sb, moegen_error *err);
 

@@ -136,12 +136,8 @@ const moegen_image *moegen_module_image(const moegen_module *m);
 
 /* ---------------------------------------------------------------- router */
 
-/* Element type of a [T, K] expert-index buffer (int16 needs E <= 32767). */
-typedef enum moegen_index_dtype {
-  MOEGEN_INDEX_INT32 = 0,
-  MOEGEN_INDEX_INT16 = 1,
-  MOEGEN_INDEX_INT64 = 2
-} moegen_index_dtype;
+/* moegen_index_dtype (moegen/types.h): element type of a [T, K] expert-index
+ * buffer (int16 needs E <= 32767). */
 
 /* Shapes and workspace of moegen_router_fwd for T tokens. Pure: touches no
  * GPU, needs no driver. Shapes are element counts (row-major). */
@@ -281,14 +277,7 @@ typedef struct moegen_aux_scores_bwd_args {
 moegen_status moegen_aux_scores_bwd(moegen_module *m, const moegen_aux_scores_bwd_args *args,
                                     CUstream stream);
 
-/* Element type of tokens_per_expert. */
-typedef enum moegen_count_dtype {
-  MOEGEN_COUNT_INT32 = 0,
-  MOEGEN_COUNT_INT64 = 1,
-  MOEGEN_COUNT_FP32 = 2,
-  MOEGEN_COUNT_BF16 = 3,
-  MOEGEN_COUNT_INT16 = 4
-} moegen_count_dtype;
+/* moegen_count_dtype (moegen/types.h): element type of tokens_per_expert. */
 
 /* Shapes and workspace of moegen_aux_loss_fwd / _bwd for probs [R, C]. Pure. */
 typedef struct moegen_aux_loss_shape {

@@ -3,7 +3,8 @@
  * everything else derives from it: the C enums below, the names the config
  * parser and help texts use (gen/config.c), and the `abi` table the Lua
  * sandbox gives plan.lua and the templates (gen/sandbox.c: abi.dtype.bf16,
- * abi.score.softmax, abi.limits.max_experts, ...), so no template or plan
+ * abi.score.softmax, abi.index_dtype.int16, abi.count_dtype.bf16,
+ * abi.limits.max_experts), so no template or plan
  * restates a number. */
 #ifndef MOEGEN_TYPES_H
 #define MOEGEN_TYPES_H
@@ -25,6 +26,20 @@ extern "C" {
   X(SOFTMAX, softmax, 1)   \
   X(SQRTSOFTPLUS, sqrtsoftplus, 2)
 
+/* Element types of a [T, K] expert-index buffer: X(ENUM, name, value). */
+#define MOEGEN_INDEX_DTYPES(X) \
+  X(INT32, int32, 0)           \
+  X(INT16, int16, 1)           \
+  X(INT64, int64, 2)
+
+/* Element types of an aux-loss tokens_per_expert: X(ENUM, name, value). */
+#define MOEGEN_COUNT_DTYPES(X) \
+  X(INT32, int32, 0)           \
+  X(INT64, int64, 1)           \
+  X(FP32, fp32, 2)             \
+  X(BF16, bf16, 3)             \
+  X(INT16, int16, 4)
+
 /* Hard limits of the generated kernels (checked by config validation):
  * X(ENUM, name, value). */
 #define MOEGEN_LIMITS(X)          \
@@ -39,6 +54,14 @@ typedef enum moegen_dtype { MOEGEN_DTYPES(MOEGEN_DTYPE_ENUM_) } moegen_dtype;
 #define MOEGEN_SCORE_ENUM_(e, name, value) MOEGEN_SCORE_##e = value,
 typedef enum moegen_score { MOEGEN_SCORES(MOEGEN_SCORE_ENUM_) } moegen_score;
 #undef MOEGEN_SCORE_ENUM_
+
+#define MOEGEN_INDEX_ENUM_(e, name, value) MOEGEN_INDEX_##e = value,
+typedef enum moegen_index_dtype { MOEGEN_INDEX_DTYPES(MOEGEN_INDEX_ENUM_) } moegen_index_dtype;
+#undef MOEGEN_INDEX_ENUM_
+
+#define MOEGEN_COUNT_ENUM_(e, name, value) MOEGEN_COUNT_##e = value,
+typedef enum moegen_count_dtype { MOEGEN_COUNT_DTYPES(MOEGEN_COUNT_ENUM_) } moegen_count_dtype;
+#undef MOEGEN_COUNT_ENUM_
 
 #define MOEGEN_LIMIT_ENUM_(e, name, value) MOEGEN_##e = value,
 enum { MOEGEN_LIMITS(MOEGEN_LIMIT_ENUM_) };
