@@ -294,7 +294,7 @@ typedef struct moegen_aux_loss_fwd_args {
   int64_t rows;                   /* R >= 0 (R == 0 gives aux = 0) */
   int64_t cols;                   /* C > 0, a multiple of num_experts, <= INT32_MAX */
   const void *probs;              /* in [R, C] probs_dtype */
-  int probs_dtype;                /* moegen_dtype (moegen/config.h): 0 fp32, 1 bf16, 2 fp16 */
+  moegen_dtype probs_dtype;       /* of probs and aux_loss */
   const void *tokens_per_expert;  /* in [C] tpe_dtype */
   moegen_count_dtype tpe_dtype;
   int64_t total_num_tokens;       /* host N > 0, or 0 with total_num_tokens_dev */
@@ -326,7 +326,7 @@ typedef struct moegen_aux_loss_bwd_args {
   const void *tokens_per_expert; /* in [C] tpe_dtype */
   moegen_count_dtype tpe_dtype;
   const void *grad_aux;          /* in [] grad_dtype */
-  int grad_dtype;                /* moegen_dtype: 0 fp32, 1 bf16, 2 fp16 */
+  moegen_dtype grad_dtype;       /* of grad_aux and grad_probs */
   void *grad_probs;              /* out [R, C] grad_dtype: Cc * tpe[c] * grad_aux */
 } moegen_aux_loss_bwd_args;
 
@@ -554,7 +554,7 @@ moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tok
  * is exactly one of topk_indices and routing_map. */
 typedef struct moegen_permute_args {
   int64_t num_tokens;          /* T >= 0; T*K + E*align <= INT32_MAX */
-  int dtype;                   /* moegen_dtype of x and rows (fp32, bf16, fp16) */
+  moegen_dtype dtype;          /* of x and rows */
   const void *x;               /* in  [T, H] tokens, or NULL when rows is NULL */
   const int32_t *topk_indices; /* in  [T, K] int32 distinct expert ids per token (ids
                                 * outside [0, E) are no route), or NULL */
@@ -590,7 +590,7 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *ar
 /* Combine arguments (moegen_unpermute_fwd; also the permute backward). */
 typedef struct moegen_unpermute_args {
   int64_t num_tokens;          /* T >= 0 */
-  int dtype;                   /* moegen_dtype of rows and out */
+  moegen_dtype dtype;          /* of rows and out */
   const void *rows;            /* in  [R, H] (any R the row map points into) */
   const int32_t *row_map;      /* in  [T, K] from moegen_permute_fwd */
   const float *merging_probs;  /* in  [T, K] fp32 slot-aligned weights, or NULL (1) */
@@ -607,7 +607,7 @@ moegen_status moegen_unpermute_fwd(moegen_module *m, const moegen_unpermute_args
 /* Permute backward arguments. */
 typedef struct moegen_permute_bwd_args {
   int64_t num_tokens;          /* T >= 0 */
-  int dtype;                   /* moegen_dtype of grad_rows and grad_x */
+  moegen_dtype dtype;          /* of grad_rows and grad_x */
   const void *grad_rows;       /* in  [R, H] grad of the permuted rows */
   const int32_t *row_map;      /* in  [T, K] */
   void *grad_x;                /* out [T, H] sum_k grad_rows[row_map[t,k]] (fp32), or NULL */
@@ -628,7 +628,7 @@ moegen_status moegen_permute_bwd(moegen_module *m, const moegen_permute_bwd_args
 typedef struct moegen_unpermute_bwd_args {
   int64_t num_tokens;          /* T >= 0 */
   int64_t num_rows;            /* R: rows of grad_rows (moegen_permute_shape.rows[0]) */
-  int dtype;                   /* moegen_dtype of grad_out, rows, grad_rows */
+  moegen_dtype dtype;          /* of grad_out, rows, grad_rows */
   const void *grad_out;        /* in  [T, H] */
   const int32_t *row_map;      /* in  [T, K] */
   const int32_t *offsets;      /* in  [E + 1] from moegen_permute_fwd */
@@ -650,7 +650,7 @@ moegen_status moegen_unpermute_bwd(moegen_module *m, const moegen_unpermute_bwd_
 /* Chunk sort arguments (moe_sort_chunks_by_index, SPEC.md 4f). */
 typedef struct moegen_sort_chunks_args {
   int64_t num_rows;            /* N >= 0 rows of in and out (>= sum of split_sizes) */
-  int dtype;                   /* moegen_dtype of in and out */
+  moegen_dtype dtype;          /* of in and out */
   int num_chunks;              /* S, 0 <= S <= moegen_permute_plan.max_chunks */
   const int32_t *split_sizes;  /* in  [S] int32 device: rows per chunk, input order */
   const int32_t *sorted_index; /* in  [S] int32 device: a permutation of [0, S) */
