@@ -10,17 +10,7 @@ base=$1 new=$2 stages=$3 tokens=$4; shift 4
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-if [ -n "${MOEGEN_AB_TESTS:-}" ]; then
-  logs=$(mktemp -d)
-  for t in "$new"/tests/test_*_gpu; do
-    n=$(basename "$t")
-    ( timeout "${MOEGEN_TEST_TIMEOUT:-300}" "$t" > "$logs/$n.log" 2>&1; echo "== $n rc=$?" > "$logs/$n.rc" ) &
-  done
-  wait
-  for t in "$new"/tests/test_*_gpu; do
-    n=$(basename "$t"); cat "$logs/$n.rc"; tail -1 "$logs/$n.log"; cat "$logs/$n.rc" "$logs/$n.log" >> "$out/tests.log"
-  done
-fi
+[ -n "${MOEGEN_AB_TESTS:-}" ] && bash "$(dirname "$0")"/gpu_tests.sh "$new" "$out"
 for s in ${stages//,/ }; do
   "$base"/moegen-bench --stages "$s" --tokens "$tokens" "$@" 2>> "$out/bench.err" | grep -v '^seed' >> "$out/base.jsonl"
   "$new"/moegen-bench --stages "$s" --tokens "$tokens" "$@" 2>> "$out/bench.err" | grep -v '^seed' >> "$out/new.jsonl"

@@ -13,18 +13,7 @@ B=$1 P=$2; shift 2
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export MOEGEN_CACHE_DIR=/tmp/moegen-cache PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-# The GPU tests run side by side (they only check results; run 6 took the
-# slowest one's 2 minutes instead of 6 in a row), each under a time limit.
-# Logs go to one file under $OUT (the device tool returns at most 8).
-logs=$(mktemp -d)
-for t in "$B"/tests/test_*_gpu; do
-  n=$(basename "$t")
-  ( timeout "${MOEGEN_TEST_TIMEOUT:-300}" "$t" > "$logs/$n.log" 2>&1; echo "== $t rc=$?" > "$logs/$n.rc" ) &
-done
-wait
-for t in "$B"/tests/test_*_gpu; do
-  n=$(basename "$t"); cat "$logs/$n.rc"; tail -1 "$logs/$n.log"; cat "$logs/$n.rc" "$logs/$n.log" >> "$out/tests.log"
-done
+bash "$(dirname "$0")"/gpu_tests.sh "$B" "$out"
 "$B"/moegen-bench ${MOEGEN_BENCH_ARGS:-} | grep -v '^seed' | tee "$out/moegen.jsonl"
 [ -x "$B"/moegen-floor ] && "$B"/moegen-floor | tee "$out/floor.jsonl"
 if [ -n "${MOEGEN_BASE:-}" ]; then

@@ -411,22 +411,18 @@ static char *finish(text *t) {
 
 int moegen_abi_export(moegen_sandbox *sb, moegen_error *err) {
   text t = {0};
-  put(&t, "return {\n  dtype = {");
-#define LUA_DTYPE(e, name, value, bytes) put(&t, " %s = %d,", #name, value);
-#define LUA_DTYPE_BYTES(e, name, value, bytes) put(&t, " %s = %d,", #name, bytes);
-#define LUA_NAMED(e, name, value) put(&t, " %s = %d,", #name, value); /* the (e, name, value) lists */
-  MOEGEN_DTYPES(LUA_DTYPE)
-  put(&t, " },\n  dtype_bytes = {");
-  MOEGEN_DTYPES(LUA_DTYPE_BYTES)
-  put(&t, " },\n  score = {");
-  MOEGEN_SCORES(LUA_NAMED)
-  put(&t, " },\n  index_dtype = {");
-  MOEGEN_INDEX_DTYPES(LUA_NAMED)
-  put(&t, " },\n  count_dtype = {");
-  MOEGEN_COUNT_DTYPES(LUA_NAMED)
-  put(&t, " },\n  limits = {");
-  MOEGEN_LIMITS(LUA_NAMED)
-  put(&t, " },\n  kernels = {\n");
+  /* The moegen/types.h lists as Lua tables: " name = value," each. */
+#define LUA_DTYPE(e, name, value, bytes) " " #name " = " #value ","
+#define LUA_DTYPE_BYTES(e, name, value, bytes) " " #name " = " #bytes ","
+#define LUA_NAMED(e, name, value) " " #name " = " #value "," /* the (e, name, value) lists */
+  static const char *const tables[][2] = {
+      {"dtype", MOEGEN_DTYPES(LUA_DTYPE)},           {"dtype_bytes", MOEGEN_DTYPES(LUA_DTYPE_BYTES)},
+      {"score", MOEGEN_SCORES(LUA_NAMED)},           {"index_dtype", MOEGEN_INDEX_DTYPES(LUA_NAMED)},
+      {"count_dtype", MOEGEN_COUNT_DTYPES(LUA_NAMED)}, {"limits", MOEGEN_LIMITS(LUA_NAMED)}};
+  put(&t, "return {\n");
+  for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+    put(&t, "  %s = {%s },\n", tables[i][0], tables[i][1]);
+  put(&t, "  kernels = {\n");
   for (size_t i = 0; i < moegen_abi_kernel_count; i++) {
     const moegen_abi_kernel *k = &moegen_abi_kernels[i];
     const abi_signature *sig = find_signature(k->signature);

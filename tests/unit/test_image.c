@@ -17,17 +17,8 @@
 
 #include "abi.h"
 #include "moegen/moegen.h"
+#include "runtime_check.h"
 
-static int failures;
-
-#define CHECK(cond, ...)          \
-  do {                            \
-    if (!(cond)) {                \
-      printf("FAIL: " __VA_ARGS__); \
-      printf("\n");               \
-      failures++;                 \
-    }                             \
-  } while (0)
 
 /* Every plan field planted with a difference is found, and only it. */
 static void comparison_finds_plants(const moegen_image *img) {
@@ -153,6 +144,6 @@ int main(void) {
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
-  printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
-  return failures ? 1 : 0;
+  printf("%s (%d failures)\n", check_failures ? "FAIL" : "PASS", check_failures);
+  return check_failures ? 1 : 0;
 }
