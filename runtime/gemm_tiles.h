@@ -40,6 +40,12 @@ moegen_status moegen_gemm_check(moegen_module *m, const char *what, moegen_gemm_
                                 const int32_t *offsets, moegen_kernel_id *id,
                                 const moegen_gemm_kernel_plan **p);
 
+/* The forward plan of GEMM `which` for a shape function (pure):
+ * INVALID_ARGUMENT if which is not 1 or 2, NOT_SUPPORTED if the image has no
+ * GEMM kernels. */
+moegen_status moegen_gemm_shape_plan(const moegen_image *img, moegen_gemm_id which,
+                                     const moegen_gemm_kernel_plan **p);
+
 /* Scratch bytes of a row-tiled GEMM call (forward, dgrad, SwiGLU forward,
  * dgrad + SwiGLU): the sm_90a kernels' tile ticket; none on the portable
  * path. */

@@ -60,13 +60,21 @@ moegen_status moegen_gemm_check(moegen_module *m, const char *what, moegen_gemm_
   return MOEGEN_OK;
 }
 
+moegen_status moegen_gemm_shape_plan(const moegen_image *img, moegen_gemm_id which,
+                                     const moegen_gemm_kernel_plan **p) {
+  moegen_kernel_id id = moegen_gemm_kernel(img, which, MOEGEN_GEMM_OP_FWD, 0);
+  if (id == MOEGEN_KERNEL_COUNT) return MOEGEN_ERR_INVALID_ARGUMENT;
+  if (!moegen_has_kernel(img, id)) return MOEGEN_ERR_NOT_SUPPORTED;
+  *p = moegen_gemm_plan_of(img, id);
+  return MOEGEN_OK;
+}
+
 moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id which,
                                        int64_t max_rows, moegen_gemm_fwd_shape *shape) {
   if (!image || !shape || max_rows < 0) return MOEGEN_ERR_INVALID_ARGUMENT;
-  moegen_kernel_id id = moegen_gemm_kernel(image, which, MOEGEN_GEMM_OP_FWD, 0);
-  if (id == MOEGEN_KERNEL_COUNT) return MOEGEN_ERR_INVALID_ARGUMENT;
-  if (!moegen_has_kernel(image, id)) return MOEGEN_ERR_NOT_SUPPORTED;
-  const moegen_gemm_kernel_plan *p = moegen_gemm_plan_of(image, id);
+  const moegen_gemm_kernel_plan *p;
+  moegen_status st = moegen_gemm_shape_plan(image, which, &p);
+  if (st != MOEGEN_OK) return st;
   memset(shape, 0, sizeof *shape);
   shape->x[0] = shape->y[0] = max_rows;
   shape->x[1] = shape->w[2] = p->k;

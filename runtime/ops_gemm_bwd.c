@@ -22,10 +22,9 @@
 moegen_status moegen_gemm_bwd_shape_of(const moegen_image *image, moegen_gemm_id which,
                                        int64_t max_rows, moegen_gemm_bwd_shape *shape) {
   if (!image || !shape || max_rows < 0) return MOEGEN_ERR_INVALID_ARGUMENT;
-  moegen_kernel_id id = moegen_gemm_kernel(image, which, MOEGEN_GEMM_OP_FWD, 0);
-  if (id == MOEGEN_KERNEL_COUNT) return MOEGEN_ERR_INVALID_ARGUMENT;
-  if (!moegen_has_kernel(image, id)) return MOEGEN_ERR_NOT_SUPPORTED;
-  const moegen_gemm_kernel_plan *p = moegen_gemm_plan_of(image, id);
+  const moegen_gemm_kernel_plan *p;
+  moegen_status st = moegen_gemm_shape_plan(image, which, &p);
+  if (st != MOEGEN_OK) return st;
   memset(shape, 0, sizeof *shape);
   const int64_t E = image->gemm.experts, N = p->n, K = p->k;
   shape->dy[0] = shape->x[0] = shape->dx[0] = max_rows;
