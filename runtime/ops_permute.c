@@ -89,6 +89,16 @@ static moegen_status prepare(moegen_module *m, moegen_kernel_id id, long long bl
   return MOEGEN_OK;
 }
 
+/* Loads kernel id, sizes its launch (prepare) and launches args, of
+ * signature sig, on `stream`; sets st. */
+#define RUN(sig, id, blocks, threads, args, what)                                   \
+  do {                                                                              \
+    CUfunction fn_;                                                                 \
+    moegen_launch_dims d_;                                                          \
+    st = prepare(m, id, blocks, (unsigned)(threads), &fn_, &d_);                    \
+    if (st == MOEGEN_OK) st = moegen_launch_##sig(m, id, fn_, &d_, args, stream, what); \
+  } while (0)
+
 /* ---------------------------------------------------------------- permute */
 
 static moegen_status check_permute(moegen_module *m, const moegen_permute_plan *p,
@@ -136,23 +146,15 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a,
   if (st != MOEGEN_OK) return st;
   int T = (int)a->num_tokens, R = (int)rows_bound(p, a->num_tokens, a->align, a->capacity);
   long long tiles = tiles_of(p, a->num_tokens);
-  CUfunction fn;
-  moegen_launch_dims d;
   moegen_args_permute_routes routes = {
       .a = {a->topk_indices, a->routing_map, a->workspace, NULL, NULL, NULL}, .T = T, .mode = 0};
-  st = prepare(m, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles, (unsigned)p->tile_tokens, &fn, &d);
-  if (st == MOEGEN_OK)
-    st = moegen_launch_permute_routes(m, MOEGEN_KERNEL_PERMUTE_ROUTES, fn, &d, &routes, stream,
-                                      "permute_fwd");
+  RUN(permute_routes, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles, p->tile_tokens, &routes, "permute_fwd");
+  if (st != MOEGEN_OK) return st;
   moegen_args_permute_rank rank = {
       .a = {a->topk_indices, a->routing_map, a->probs, a->expert_counts, a->workspace, a->row_map,
             a->permuted_probs, a->offsets, a->counts, a->num_dropped},
       .T = T, .R = R, .align = a->align, .capacity = a->capacity};
-  if (st == MOEGEN_OK)
-    st = prepare(m, MOEGEN_KERNEL_PERMUTE_RANK, tiles, (unsigned)p->tile_tokens, &fn, &d);
-  if (st == MOEGEN_OK)
-    st = moegen_launch_permute_rank(m, MOEGEN_KERNEL_PERMUTE_RANK, fn, &d, &rank, stream,
-                                    "permute_fwd");
+  RUN(permute_rank, MOEGEN_KERNEL_PERMUTE_RANK, tiles, p->tile_tokens, &rank, "permute_fwd");
   if (st != MOEGEN_OK || (!a->rows && !a->permuted_probs)) return st;
   moegen_args_permute_rows rows = {
       .a = {a->x, a->rows, a->row_map, a->offsets, a->counts, a->permuted_probs},
@@ -163,11 +165,9 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a,
    * bench/RESULTS.md run 7). */
   int per_block = p->copy_threads / p->copy_group;
   long long units = (long long)T + p->experts + (R + p->zero_chunk - 1) / p->zero_chunk;
-  st = prepare(m, MOEGEN_KERNEL_PERMUTE_ROWS, (units + per_block - 1) / per_block,
-               (unsigned)p->copy_threads, &fn, &d);
-  if (st != MOEGEN_OK) return st;
-  return moegen_launch_permute_rows(m, MOEGEN_KERNEL_PERMUTE_ROWS, fn, &d, &rows, stream,
-                                    "permute_fwd");
+  RUN(permute_rows, MOEGEN_KERNEL_PERMUTE_ROWS, (units + per_block - 1) / per_block,
+      p->copy_threads, &rows, "permute_fwd");
+  return st;
 }
 
 /* ---------------------------------------------------------------- combine */
@@ -182,13 +182,10 @@ static moegen_status combine(moegen_module *m, const moegen_permute_plan *p, int
   moegen_args_unpermute args = {.a = {rows, row_map, probs, out}, .T = (int)num_tokens,
                                  .dtype = dtype};
   long long vecs = (long long)num_tokens * nv;
-  CUfunction fn;
-  moegen_launch_dims d;
-  moegen_status st = prepare(m, MOEGEN_KERNEL_UNPERMUTE,
-                             -((vecs + p->gather_threads - 1) / p->gather_threads),
-                             (unsigned)p->gather_threads, &fn, &d);
-  if (st != MOEGEN_OK) return st;
-  return moegen_launch_unpermute(m, MOEGEN_KERNEL_UNPERMUTE, fn, &d, &args, stream, what);
+  moegen_status st;
+  RUN(unpermute, MOEGEN_KERNEL_UNPERMUTE, -((vecs + p->gather_threads - 1) / p->gather_threads),
+      p->gather_threads, &args, what);
+  return st;
 }
 
 moegen_status moegen_unpermute_fwd(moegen_module *m, const moegen_unpermute_args *a,
@@ -234,13 +231,9 @@ moegen_status moegen_permute_bwd(moegen_module *m, const moegen_permute_bwd_args
   moegen_args_permute_routes args = {
       .a = {NULL, a->routing_map, NULL, a->row_map, a->grad_permuted_probs, a->grad_probs},
       .T = (int)a->num_tokens, .mode = 1};
-  CUfunction fn;
-  moegen_launch_dims d;
-  st = prepare(m, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles_of(p, a->num_tokens), (unsigned)p->tile_tokens,
-               &fn, &d);
-  if (st != MOEGEN_OK) return st;
-  return moegen_launch_permute_routes(m, MOEGEN_KERNEL_PERMUTE_ROUTES, fn, &d, &args, stream,
-                                      "permute_bwd");
+  RUN(permute_routes, MOEGEN_KERNEL_PERMUTE_ROUTES, tiles_of(p, a->num_tokens), p->tile_tokens,
+      &args, "permute_bwd");
+  return st;
 }
 
 /* ---------------------------------------------------------------- unpermute backward */
@@ -273,13 +266,9 @@ moegen_status moegen_unpermute_bwd(moegen_module *m, const moegen_unpermute_bwd_
       .T = T, .R = R, .nv = nv, .dtype = a->dtype};
   int per_block = p->gather_threads / p->gather_group;
   long long units = (long long)T + p->experts + (R + p->zero_chunk - 1) / p->zero_chunk;
-  CUfunction fn;
-  moegen_launch_dims d;
-  st = prepare(m, MOEGEN_KERNEL_UNPERMUTE_BWD, -((units + per_block - 1) / per_block),
-               (unsigned)p->gather_threads, &fn, &d);
-  if (st != MOEGEN_OK) return st;
-  return moegen_launch_unpermute_bwd(m, MOEGEN_KERNEL_UNPERMUTE_BWD, fn, &d, &args, stream,
-                                     "unpermute_bwd");
+  RUN(unpermute_bwd, MOEGEN_KERNEL_UNPERMUTE_BWD, -((units + per_block - 1) / per_block),
+      p->gather_threads, &args, "unpermute_bwd");
+  return st;
 }
 
 /* ---------------------------------------------------------------- chunk sort */
@@ -316,11 +305,7 @@ moegen_status moegen_sort_chunks(moegen_module *m, const moegen_sort_chunks_args
       .a = {a->in, a->out, a->split_sizes, a->sorted_index, a->probs, a->out_probs, a->row_map},
       .N = (int)a->num_rows, .S = a->num_chunks, .nv = nv, .backward = a->backward ? 1 : 0};
   int per_block = p->copy_threads / p->copy_group;
-  CUfunction fn;
-  moegen_launch_dims d;
-  st = prepare(m, MOEGEN_KERNEL_SORT_CHUNKS, -(((long long)args.N + per_block - 1) / per_block),
-               (unsigned)p->copy_threads, &fn, &d);
-  if (st != MOEGEN_OK) return st;
-  return moegen_launch_sort_chunks(m, MOEGEN_KERNEL_SORT_CHUNKS, fn, &d, &args, stream,
-                                   "sort_chunks");
+  RUN(sort_chunks, MOEGEN_KERNEL_SORT_CHUNKS, -(((long long)args.N + per_block - 1) / per_block),
+      p->copy_threads, &args, "sort_chunks");
+  return st;
 }
