@@ -4,12 +4,17 @@
 #include <ctype.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
 
 _Static_assert(sizeof(moegen_dtype) == sizeof(int), "plan fields are ints");
+
+/* What a rendered layout check of struct `host` says (abi.layout_check
+ * writes it, moegen_abi_check_source looks for it). */
+#define LAYOUT_MARK "mirrors %s (moegen/abi.def)"
 
 /* ---------------------------------------------------------------- plan fields */
 
@@ -314,6 +319,22 @@ static int check_kernel(const moegen_abi_kernel *k, const declared_param *got, s
               portable ? " on the portable path" : "", at);
 }
 
+/* Fails unless the source checks the layout of each struct kernel k takes
+ * by value (abi.layout_check's static_asserts). */
+static int check_layouts(const moegen_abi_kernel *k, const char *text, moegen_error *err) {
+  const abi_signature *sig = find_signature(k->signature);
+  for (size_t i = 0; i < sig->count; i++) {
+    if (strcmp(type_class(sig->params[i].type), "aggregate") || sig->params[i].kind != PK_VALUE) continue;
+    char mark[160];
+    snprintf(mark, sizeof mark, LAYOUT_MARK, sig->params[i].type);
+    if (!strstr(text, mark))
+      return fail(err, "%s: its parameter %s is a %s, but the source has no "
+                  "abi.layout_check(..., \"%s\") after the template's struct", k->name,
+                  sig->params[i].name, sig->params[i].type, sig->params[i].type);
+  }
+  return 0;
+}
+
 int moegen_abi_check_source(const char *cu, const moegen_image *image, moegen_error *err) {
   static const char marker[] = "extern \"C\" __global__";
   char *text = strip_comments(cu);
@@ -358,6 +379,7 @@ int moegen_abi_check_source(const char *cu, const moegen_image *image, moegen_er
     declared_param got[MAX_PARAMS];
     size_t ngot = split_params(p + 1, close - 1, got);
     rc = check_kernel(&moegen_abi_kernels[i], got, ngot, image->gemm.portable, err);
+    if (!rc) rc = check_layouts(&moegen_abi_kernels[i], text, err);
     p = close;
   }
   for (size_t i = 0; !rc && i < moegen_abi_kernel_count; i++) {
@@ -409,6 +431,33 @@ static char *finish(text *t) {
   return NULL;
 }
 
+/* The host layouts of the structs passed by value (abi.def). */
+#define LAYOUT_FIELD(type, name) type name;
+#define LAYOUT_STRUCT(type, FIELDS) typedef struct type { FIELDS(LAYOUT_FIELD) } type;
+MOEGEN_PARAM_STRUCTS(LAYOUT_STRUCT)
+
+/* abi.layout_check(device, host): static_asserts that the template's struct
+ * `device` has abi.structs[host]'s size, and its fields, by name, in the
+ * same order and of the same sizes (a structured binding of a value-
+ * initialized struct, compared member by member in a constexpr lambda:
+ * NVRTC has no offsetof). */
+static const char layout_check_lua[] =
+    "function abi.layout_check(device, host)\n"
+    "  local s = abi.structs[host]\n"
+    "  if not s then error(\"abi.layout_check: \" .. tostring(host) .. \" is no struct of moegen/abi.def\", 2) end\n"
+    "  local names, tests = {}, {}\n"
+    "  for i, f in ipairs(s.fields) do\n"
+    "    names[i] = f[1]\n"
+    "    tests[i] = string.format('(const void *)&f%d == (const void *)&s.%s && sizeof(s.%s) == %d', i - 1, f[1], f[1], f[2])\n"
+    "  end\n"
+    "  local bind = {}\n"
+    "  for i = 1, #names do bind[i] = 'f' .. (i - 1) end\n"
+    "  return string.format('static_assert(sizeof(%s) == %d, \"%s " LAYOUT_MARK "\");\\n' ..\n"
+    "    'static_assert([] {\\n  %s s{};\\n  auto &[%s] = s;\\n  return %s;\\n}(), \"%s: fields %s in this order and size\");',\n"
+    "    device, s.size, device, host, device, table.concat(bind, ', '), table.concat(tests, ' &&\\n         '), device, table.concat(names, ', '))\n"
+    "end\n"
+    "return abi\n";
+
 int moegen_abi_export(moegen_sandbox *sb, moegen_error *err) {
   text t = {0};
   /* The moegen/types.h lists as Lua tables: " name = value," each. */
@@ -419,7 +468,7 @@ int moegen_abi_export(moegen_sandbox *sb, moegen_error *err) {
       {"dtype", MOEGEN_DTYPES(LUA_DTYPE)},           {"dtype_bytes", MOEGEN_DTYPES(LUA_DTYPE_BYTES)},
       {"score", MOEGEN_SCORES(LUA_NAMED)},           {"index_dtype", MOEGEN_INDEX_DTYPES(LUA_NAMED)},
       {"count_dtype", MOEGEN_COUNT_DTYPES(LUA_NAMED)}, {"limits", MOEGEN_LIMITS(LUA_NAMED)}};
-  put(&t, "return {\n");
+  put(&t, "local abi = {\n");
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
     put(&t, "  %s = {%s },\n", tables[i][0], tables[i][1]);
   put(&t, "  kernels = {\n");
@@ -436,7 +485,17 @@ int moegen_abi_export(moegen_sandbox *sb, moegen_error *err) {
     }
     put(&t, " } },\n");
   }
-  put(&t, "  },\n}\n");
+  put(&t, "  },\n  structs = {\n");
+#define LUA_FIELD(type, name) put(&t, " { \"%s\", %zu },", #name, sizeof(((cur_t *)0)->name));
+#define LUA_STRUCT(type, FIELDS)                                                          \
+  {                                                                                       \
+    typedef type cur_t;                                                                   \
+    put(&t, "    %s = { size = %zu, fields = {", #type, sizeof(cur_t));                   \
+    FIELDS(LUA_FIELD)                                                                     \
+    put(&t, " } },\n");                                                                   \
+  }
+  MOEGEN_PARAM_STRUCTS(LUA_STRUCT)
+  put(&t, "  },\n}\n%s", layout_check_lua);
   char *code = finish(&t);
   if (!code) return fail(err, "out of memory");
   int rc = moegen_sandbox_run(sb, "abi (moegen/abi.def)", code, "abi", err);

@@ -725,6 +725,23 @@ typedef router_fwd::Kernel<Plan> Kernel;
 typedef Kernel::Outputs Outputs;
 constexpr int THREADS = Kernel::THREADS;
 } // namespace router
+static_assert(sizeof(router::Outputs) == 96, "router::Outputs mirrors moegen_router_fwd_params (moegen/abi.def)");
+static_assert([] {
+  router::Outputs s{};
+  auto &[f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11] = s;
+  return (const void *)&f0 == (const void *)&s.logits && sizeof(s.logits) == 8 &&
+         (const void *)&f1 == (const void *)&s.bias && sizeof(s.bias) == 8 &&
+         (const void *)&f2 == (const void *)&s.probs && sizeof(s.probs) == 8 &&
+         (const void *)&f3 == (const void *)&s.map && sizeof(s.map) == 8 &&
+         (const void *)&f4 == (const void *)&s.bitmap && sizeof(s.bitmap) == 8 &&
+         (const void *)&f5 == (const void *)&s.idx && sizeof(s.idx) == 8 &&
+         (const void *)&f6 == (const void *)&s.weights && sizeof(s.weights) == 8 &&
+         (const void *)&f7 == (const void *)&s.inter && sizeof(s.inter) == 8 &&
+         (const void *)&f8 == (const void *)&s.counts && sizeof(s.counts) == 8 &&
+         (const void *)&f9 == (const void *)&s.qb_hist && sizeof(s.qb_hist) == 8 &&
+         (const void *)&f10 == (const void *)&s.qb_bounds && sizeof(s.qb_bounds) == 8 &&
+         (const void *)&f11 == (const void *)&s.qb_cutoff && sizeof(s.qb_cutoff) == 8;
+}(), "router::Outputs: fields logits, bias, probs, map, bitmap, idx, weights, inter, counts, qb_hist, qb_bounds, qb_cutoff in this order and size");
 
 extern "C" __global__ void __launch_bounds__(router::THREADS)
 moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
@@ -769,6 +786,23 @@ typedef router_fwd::Kernel<Plan> Kernel;
 typedef Kernel::Outputs Outputs;
 constexpr int THREADS = Kernel::THREADS;
 } // namespace router_small
+static_assert(sizeof(router_small::Outputs) == 96, "router_small::Outputs mirrors moegen_router_fwd_params (moegen/abi.def)");
+static_assert([] {
+  router_small::Outputs s{};
+  auto &[f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11] = s;
+  return (const void *)&f0 == (const void *)&s.logits && sizeof(s.logits) == 8 &&
+         (const void *)&f1 == (const void *)&s.bias && sizeof(s.bias) == 8 &&
+         (const void *)&f2 == (const void *)&s.probs && sizeof(s.probs) == 8 &&
+         (const void *)&f3 == (const void *)&s.map && sizeof(s.map) == 8 &&
+         (const void *)&f4 == (const void *)&s.bitmap && sizeof(s.bitmap) == 8 &&
+         (const void *)&f5 == (const void *)&s.idx && sizeof(s.idx) == 8 &&
+         (const void *)&f6 == (const void *)&s.weights && sizeof(s.weights) == 8 &&
+         (const void *)&f7 == (const void *)&s.inter && sizeof(s.inter) == 8 &&
+         (const void *)&f8 == (const void *)&s.counts && sizeof(s.counts) == 8 &&
+         (const void *)&f9 == (const void *)&s.qb_hist && sizeof(s.qb_hist) == 8 &&
+         (const void *)&f10 == (const void *)&s.qb_bounds && sizeof(s.qb_bounds) == 8 &&
+         (const void *)&f11 == (const void *)&s.qb_cutoff && sizeof(s.qb_cutoff) == 8;
+}(), "router_small::Outputs: fields logits, bias, probs, map, bitmap, idx, weights, inter, counts, qb_hist, qb_bounds, qb_cutoff in this order and size");
 
 extern "C" __global__ void __launch_bounds__(router_small::THREADS)
 moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_bins) {
@@ -969,6 +1003,18 @@ __device__ __forceinline__ mask_t routing_mask(const BwdArgs &a, long long t, in
   return mask_of_indices((const int *)a.idx + t * K, base, w, g);
 }
 } // namespace rbwd
+static_assert(sizeof(rbwd::BwdArgs) == 56, "rbwd::BwdArgs mirrors moegen_router_bwd_params (moegen/abi.def)");
+static_assert([] {
+  rbwd::BwdArgs s{};
+  auto &[f0, f1, f2, f3, f4, f5, f6] = s;
+  return (const void *)&f0 == (const void *)&s.grad && sizeof(s.grad) == 8 &&
+         (const void *)&f1 == (const void *)&s.grad_w && sizeof(s.grad_w) == 8 &&
+         (const void *)&f2 == (const void *)&s.inter && sizeof(s.inter) == 8 &&
+         (const void *)&f3 == (const void *)&s.map && sizeof(s.map) == 8 &&
+         (const void *)&f4 == (const void *)&s.bitmap && sizeof(s.bitmap) == 8 &&
+         (const void *)&f5 == (const void *)&s.idx && sizeof(s.idx) == 8 &&
+         (const void *)&f6 == (const void *)&s.out && sizeof(s.out) == 8;
+}(), "rbwd::BwdArgs: fields grad, grad_w, inter, map, bitmap, idx, out in this order and size");
 
 // Grid: ceil(T / TOKENS_PER_BLOCK) blocks of THREADS, no shared memory.
 // Exactly one of map / bitmap / idx is non-null; grad_w needs idx.
@@ -1131,6 +1177,38 @@ struct LossArgs {
   int tpe_dtype;
 };
 } // namespace aux
+static_assert(sizeof(aux::ScoresArgs) == 56, "aux::ScoresArgs mirrors moegen_aux_scores_params (moegen/abi.def)");
+static_assert([] {
+  aux::ScoresArgs s{};
+  auto &[f0, f1, f2, f3, f4, f5, f6] = s;
+  return (const void *)&f0 == (const void *)&s.logits && sizeof(s.logits) == 8 &&
+         (const void *)&f1 == (const void *)&s.scores && sizeof(s.scores) == 8 &&
+         (const void *)&f2 == (const void *)&s.map && sizeof(s.map) == 8 &&
+         (const void *)&f3 == (const void *)&s.bitmap && sizeof(s.bitmap) == 8 &&
+         (const void *)&f4 == (const void *)&s.inter && sizeof(s.inter) == 8 &&
+         (const void *)&f5 == (const void *)&s.grad && sizeof(s.grad) == 8 &&
+         (const void *)&f6 == (const void *)&s.grad_logits && sizeof(s.grad_logits) == 8;
+}(), "aux::ScoresArgs: fields logits, scores, map, bitmap, inter, grad, grad_logits in this order and size");
+static_assert(sizeof(aux::LossArgs) == 112, "aux::LossArgs mirrors moegen_aux_loss_params (moegen/abi.def)");
+static_assert([] {
+  aux::LossArgs s{};
+  auto &[f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14] = s;
+  return (const void *)&f0 == (const void *)&s.probs && sizeof(s.probs) == 8 &&
+         (const void *)&f1 == (const void *)&s.tpe && sizeof(s.tpe) == 8 &&
+         (const void *)&f2 == (const void *)&s.n_dev && sizeof(s.n_dev) == 8 &&
+         (const void *)&f3 == (const void *)&s.n_host && sizeof(s.n_host) == 8 &&
+         (const void *)&f4 == (const void *)&s.e_coeff_k && sizeof(s.e_coeff_k) == 4 &&
+         (const void *)&f5 == (const void *)&s.aux && sizeof(s.aux) == 8 &&
+         (const void *)&f6 == (const void *)&s.cc && sizeof(s.cc) == 8 &&
+         (const void *)&f7 == (const void *)&s.counter && sizeof(s.counter) == 8 &&
+         (const void *)&f8 == (const void *)&s.partials && sizeof(s.partials) == 8 &&
+         (const void *)&f9 == (const void *)&s.grad_aux && sizeof(s.grad_aux) == 8 &&
+         (const void *)&f10 == (const void *)&s.grad_probs && sizeof(s.grad_probs) == 8 &&
+         (const void *)&f11 == (const void *)&s.n && sizeof(s.n) == 8 &&
+         (const void *)&f12 == (const void *)&s.cols && sizeof(s.cols) == 4 &&
+         (const void *)&f13 == (const void *)&s.probs_dtype && sizeof(s.probs_dtype) == 4 &&
+         (const void *)&f14 == (const void *)&s.tpe_dtype && sizeof(s.tpe_dtype) == 4;
+}(), "aux::LossArgs: fields probs, tpe, n_dev, n_host, e_coeff_k, aux, cc, counter, partials, grad_aux, grad_probs, n, cols, probs_dtype, tpe_dtype in this order and size");
 
 // Grid: ceil(T / TOKENS_PER_BLOCK) blocks of rbwd::THREADS. Writes scores,
 // inter and whichever of map / bitmap is non-null.
@@ -3269,6 +3347,77 @@ struct SortArgs {
   int *row_map;        // forward: out [N] destination row of each input row, or null
 };
 } // namespace perm
+static_assert(sizeof(perm::RoutesArgs) == 48, "perm::RoutesArgs mirrors moegen_permute_routes_params (moegen/abi.def)");
+static_assert([] {
+  perm::RoutesArgs s{};
+  auto &[f0, f1, f2, f3, f4, f5] = s;
+  return (const void *)&f0 == (const void *)&s.idx && sizeof(s.idx) == 8 &&
+         (const void *)&f1 == (const void *)&s.map && sizeof(s.map) == 8 &&
+         (const void *)&f2 == (const void *)&s.tile_counts && sizeof(s.tile_counts) == 8 &&
+         (const void *)&f3 == (const void *)&s.row_map && sizeof(s.row_map) == 8 &&
+         (const void *)&f4 == (const void *)&s.gpp && sizeof(s.gpp) == 8 &&
+         (const void *)&f5 == (const void *)&s.gprobs && sizeof(s.gprobs) == 8;
+}(), "perm::RoutesArgs: fields idx, map, tile_counts, row_map, gpp, gprobs in this order and size");
+static_assert(sizeof(perm::RankArgs) == 80, "perm::RankArgs mirrors moegen_permute_rank_params (moegen/abi.def)");
+static_assert([] {
+  perm::RankArgs s{};
+  auto &[f0, f1, f2, f3, f4, f5, f6, f7, f8, f9] = s;
+  return (const void *)&f0 == (const void *)&s.idx && sizeof(s.idx) == 8 &&
+         (const void *)&f1 == (const void *)&s.map && sizeof(s.map) == 8 &&
+         (const void *)&f2 == (const void *)&s.probs && sizeof(s.probs) == 8 &&
+         (const void *)&f3 == (const void *)&s.counts_in && sizeof(s.counts_in) == 8 &&
+         (const void *)&f4 == (const void *)&s.tile_counts && sizeof(s.tile_counts) == 8 &&
+         (const void *)&f5 == (const void *)&s.row_map && sizeof(s.row_map) == 8 &&
+         (const void *)&f6 == (const void *)&s.pprobs && sizeof(s.pprobs) == 8 &&
+         (const void *)&f7 == (const void *)&s.offsets && sizeof(s.offsets) == 8 &&
+         (const void *)&f8 == (const void *)&s.counts && sizeof(s.counts) == 8 &&
+         (const void *)&f9 == (const void *)&s.dropped && sizeof(s.dropped) == 8;
+}(), "perm::RankArgs: fields idx, map, probs, counts_in, tile_counts, row_map, pprobs, offsets, counts, dropped in this order and size");
+static_assert(sizeof(perm::RowsArgs) == 48, "perm::RowsArgs mirrors moegen_permute_rows_params (moegen/abi.def)");
+static_assert([] {
+  perm::RowsArgs s{};
+  auto &[f0, f1, f2, f3, f4, f5] = s;
+  return (const void *)&f0 == (const void *)&s.x && sizeof(s.x) == 8 &&
+         (const void *)&f1 == (const void *)&s.rows && sizeof(s.rows) == 8 &&
+         (const void *)&f2 == (const void *)&s.row_map && sizeof(s.row_map) == 8 &&
+         (const void *)&f3 == (const void *)&s.offsets && sizeof(s.offsets) == 8 &&
+         (const void *)&f4 == (const void *)&s.counts && sizeof(s.counts) == 8 &&
+         (const void *)&f5 == (const void *)&s.pprobs && sizeof(s.pprobs) == 8;
+}(), "perm::RowsArgs: fields x, rows, row_map, offsets, counts, pprobs in this order and size");
+static_assert(sizeof(perm::CombineArgs) == 32, "perm::CombineArgs mirrors moegen_unpermute_params (moegen/abi.def)");
+static_assert([] {
+  perm::CombineArgs s{};
+  auto &[f0, f1, f2, f3] = s;
+  return (const void *)&f0 == (const void *)&s.rows && sizeof(s.rows) == 8 &&
+         (const void *)&f1 == (const void *)&s.row_map && sizeof(s.row_map) == 8 &&
+         (const void *)&f2 == (const void *)&s.probs && sizeof(s.probs) == 8 &&
+         (const void *)&f3 == (const void *)&s.out && sizeof(s.out) == 8;
+}(), "perm::CombineArgs: fields rows, row_map, probs, out in this order and size");
+static_assert(sizeof(perm::UnpermuteBwdArgs) == 64, "perm::UnpermuteBwdArgs mirrors moegen_unpermute_bwd_params (moegen/abi.def)");
+static_assert([] {
+  perm::UnpermuteBwdArgs s{};
+  auto &[f0, f1, f2, f3, f4, f5, f6, f7] = s;
+  return (const void *)&f0 == (const void *)&s.gout && sizeof(s.gout) == 8 &&
+         (const void *)&f1 == (const void *)&s.row_map && sizeof(s.row_map) == 8 &&
+         (const void *)&f2 == (const void *)&s.probs && sizeof(s.probs) == 8 &&
+         (const void *)&f3 == (const void *)&s.rows && sizeof(s.rows) == 8 &&
+         (const void *)&f4 == (const void *)&s.grows && sizeof(s.grows) == 8 &&
+         (const void *)&f5 == (const void *)&s.gprobs && sizeof(s.gprobs) == 8 &&
+         (const void *)&f6 == (const void *)&s.offsets && sizeof(s.offsets) == 8 &&
+         (const void *)&f7 == (const void *)&s.counts && sizeof(s.counts) == 8;
+}(), "perm::UnpermuteBwdArgs: fields gout, row_map, probs, rows, grows, gprobs, offsets, counts in this order and size");
+static_assert(sizeof(perm::SortArgs) == 56, "perm::SortArgs mirrors moegen_sort_chunks_params (moegen/abi.def)");
+static_assert([] {
+  perm::SortArgs s{};
+  auto &[f0, f1, f2, f3, f4, f5, f6] = s;
+  return (const void *)&f0 == (const void *)&s.in && sizeof(s.in) == 8 &&
+         (const void *)&f1 == (const void *)&s.out && sizeof(s.out) == 8 &&
+         (const void *)&f2 == (const void *)&s.split && sizeof(s.split) == 8 &&
+         (const void *)&f3 == (const void *)&s.order && sizeof(s.order) == 8 &&
+         (const void *)&f4 == (const void *)&s.pin && sizeof(s.pin) == 8 &&
+         (const void *)&f5 == (const void *)&s.pout && sizeof(s.pout) == 8 &&
+         (const void *)&f6 == (const void *)&s.row_map && sizeof(s.row_map) == 8;
+}(), "perm::SortArgs: fields in, out, split, order, pin, pout, row_map in this order and size");
 
 // Grid: max(1, ceil(T / TILE)) blocks of TILE. mode 0: per-tile histogram of
 // the routes into tile_counts [tiles, E]. mode 1 (permute backward): the

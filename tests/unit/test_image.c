@@ -41,8 +41,8 @@ static void comparison_finds_plants(const moegen_image *img) {
 }
 
 /* The render-time signature check passes the rendered source and fails
- * (naming the kernel) where a kernel's parameters are swapped or a kernel
- * is missing. */
+ * (naming the kernel) where a kernel's parameters are swapped, a kernel is
+ * missing, or a struct parameter's layout check is. */
 static void signature_check(const moegen_image *img) {
   moegen_error err = {0};
   CHECK(moegen_abi_check_source(img->source, img, &err) == 0, "rendered source fails: %s", err.msg);
@@ -51,7 +51,8 @@ static void signature_check(const moegen_image *img) {
        "moegen_router_fwd(router::Outputs o, int T, int qb_bins, int index_dtype)", "moegen_router_fwd"},
       {"moegen_sort_chunks(", "moegen_sort_chunks_gone(", "moegen_sort_chunks_gone"},
       {"extern \"C\" __global__ void __launch_bounds__(perm::GTHREADS, 3)\nmoegen_unpermute(",
-       "__global__ void __launch_bounds__(perm::GTHREADS, 3)\nmoegen_unpermute(", "moegen_unpermute"}};
+       "__global__ void __launch_bounds__(perm::GTHREADS, 3)\nmoegen_unpermute(", "moegen_unpermute"},
+      {"mirrors moegen_permute_rows_params", "mirrors nothing", "moegen_permute_rows"}};
   for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
     const char *at = strstr(img->source, edits[i][0]);
     CHECK(at, "edit %zu: '%s' not in the source", i, edits[i][0]);
