@@ -2,7 +2,7 @@
  *
  * The generator (gen/: moegen_generate, moegen_jit, moegen_jit_warm) uses
  * the runtime's compile, cache and module machinery through this header
- * only; the runtime's own headers (module.h, unit.h, cache.h, nvrtc.h,
+ * only; the runtime's own headers (module.h, cache.h, nvrtc.h,
  * sha256.h) include it and keep what only the runtime needs. Everything
  * here needs no GPU unless it says so. */
 #ifndef MOEGEN_RUNTIME_SHARED_H
