@@ -264,9 +264,9 @@ static moegen_status setup_device(moegen_module *m, CUdevice d) {
 static moegen_status compile_unit(moegen_module *m, moegen_unit u) {
   const moegen_image *img = m->image;
   char *log = NULL;
-  int hit;
+  moegen_cache_outcome outcome;
   moegen_status st = moegen_unit_compile(img->source, img->source_size, img->name, img->arch, u,
-                                         &m->jit_cubin[u], &m->jit_cubin_size[u], &log, &hit);
+                                         &m->jit_cubin[u], &m->jit_cubin_size[u], &log, &outcome);
   if (st == MOEGEN_ERR_OUT_OF_MEMORY)
     moegen_module_fail(m, st, "out of memory compiling the %s unit of module %s", moegen_unit_name(u),
                        img->name);

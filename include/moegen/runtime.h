@@ -101,9 +101,12 @@ typedef struct moegen_image {
 
 typedef struct moegen_module moegen_module;
 
-/* Log sink for the runtime's only output: one progress line before a cold
- * JIT compile. The default writes the line to stderr; NULL silences it.
- * Process-wide; set it before creating modules. */
+/* Log sink for the runtime's only output, the JIT cache's lines: one
+ * progress line before a cold JIT compile of a unit, one line when a
+ * corrupt cache entry is discarded (then rebuilt), and one when a unit
+ * waits for another process's (or thread's) compile of the same unit. The
+ * default writes each line to stderr; NULL silences them. Process-wide; set
+ * it before creating modules. */
 typedef void (*moegen_log_fn)(const char *line, void *user);
 void moegen_set_log(moegen_log_fn fn, void *user);
 

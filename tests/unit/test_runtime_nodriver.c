@@ -158,9 +158,10 @@ static void no_nvrtc_compile(void) {
   unsigned char *cubin;
   size_t size;
   char *log;
-  int hit, major, minor;
+  moegen_cache_outcome outcome;
+  int major, minor;
   CHECK(moegen_nvrtc_version(&major, &minor) == MOEGEN_ERR_NO_NVRTC, "nvrtc version");
-  moegen_status st = moegen_cache_compile("", 0, "x", "sm_90a", &cubin, &size, &log, &hit);
+  moegen_status st = moegen_cache_compile("", 0, "x", "sm_90a", &cubin, &size, &log, &outcome);
   CHECK(st == MOEGEN_ERR_NO_NVRTC && log && strstr(log, FAKE_LIBNVRTC), "cache_compile: %s %s",
         moegen_status_string(st), log ? log : "");
   free(log);
