@@ -168,6 +168,13 @@ const moegen_image *moegen_module_image(const moegen_module *m) { return m ? m->
 
 const moegen_driver *moegen_module_driver(const moegen_module *m) { return m ? m->drv : NULL; }
 
+moegen_status moegen_module_memset32(moegen_module *m, void *p, unsigned value, size_t n,
+                                     CUstream stream, const char *what) {
+  if (!m->drv) return m->unusable; /* the reason is already the last error */
+  CUresult r = m->drv->cuMemsetD32Async((CUdeviceptr)(uintptr_t)p, value, n, stream);
+  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
+}
+
 /* ---------------------------------------------------------------- arch */
 
 /* Parses "sm_XY" / "sm_XYa" / "sm_XYf" (X may be two digits); 0 on success. */
