@@ -108,32 +108,27 @@ moegen_status moegen_jit_warm(const moegen_config *cfg, const char *arch, int *c
   moegen_status st = render_image(cfg, arch, &j, err);
   for (int u = 0; st == MOEGEN_OK && u < MOEGEN_UNIT_COUNT; u++) {
     if (!(j->image.units >> u & 1u)) continue;
-    /* A cold compile, then a second lookup that must hit: a log after the
-     * first can mean a corrupt entry rebuilt (stored) or one that could
-     * not be stored, and only the second lookup tells them apart. */
-    int hit = 0;
-    for (int pass = 0; pass < 2 && st == MOEGEN_OK && !hit; pass++) {
-      unsigned char *cubin;
-      size_t size;
-      char *log;
-      st = moegen_unit_compile(j->source, j->image.source_size, j->name, j->arch, (moegen_unit)u,
-                               &cubin, &size, &log, &hit);
-      if (st != MOEGEN_OK) {
-        err->code = st == MOEGEN_ERR_NO_NVRTC ? EX_UNAVAILABLE : EX_SOFTWARE;
-        snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s for %s: %s%s%s",
-                 moegen_unit_name((moegen_unit)u), j->name, j->arch, moegen_status_string(st),
-                 log ? "\n" : "", log ? log : "");
-      } else if (pass == 0 && !hit && compiled) {
-        ++*compiled;
-      } else if (pass == 1 && !hit) {
-        st = MOEGEN_ERR_INVALID_ARGUMENT;
-        err->code = EX_CANTCREAT;
-        snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s: not stored in %s: %s",
-                 moegen_unit_name((moegen_unit)u), j->name, dir, log ? log : "?");
-      }
-      free(cubin);
-      free(log);
+    unsigned char *cubin;
+    size_t size;
+    char *log;
+    moegen_cache_outcome outcome;
+    st = moegen_unit_compile(j->source, j->image.source_size, j->name, j->arch, (moegen_unit)u,
+                             &cubin, &size, &log, &outcome);
+    if (st != MOEGEN_OK) {
+      err->code = st == MOEGEN_ERR_NO_NVRTC ? EX_UNAVAILABLE : EX_SOFTWARE;
+      snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s for %s: %s%s%s",
+               moegen_unit_name((moegen_unit)u), j->name, j->arch, moegen_status_string(st),
+               log ? "\n" : "", log ? log : "");
+    } else if (outcome == MOEGEN_CACHE_UNSTORED) {
+      st = MOEGEN_ERR_INVALID_ARGUMENT;
+      err->code = EX_CANTCREAT;
+      snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s: not stored in %s: %s",
+               moegen_unit_name((moegen_unit)u), j->name, dir, log ? log : "?");
+    } else if (outcome == MOEGEN_CACHE_STORED && compiled) {
+      ++*compiled;
     }
+    free(cubin);
+    free(log);
   }
   if (j) free_jit_image(&j->image);
   return st;

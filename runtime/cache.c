@@ -6,6 +6,18 @@
  * overwritten. Entries are published by write-to-temp, fsync, rename, so a
  * reader never sees a partial file and concurrent writers of the same key
  * are harmless (both write the same bytes).
+ *
+ * Compile lock DIR/<key>.lock: a cold compile of a key happens under an
+ * exclusive flock on it, so of several processes (or threads: each opens
+ * the file itself, and flock locks belong to the open file) missing the
+ * same key at once one compiles and the others wait and load its entry.
+ * The holder publishes the entry, then removes the lock file, then unlocks;
+ * a process that got the lock checks that the path still names the file
+ * it locked (else it locks the new one) and looks the entry up again before
+ * compiling. A dead holder's lock is dropped by the kernel; a waiter gives
+ * up after $MOEGEN_CACHE_WAIT seconds (a hung holder) and compiles
+ * unlocked, as it does when the lock file cannot be opened (an unwritable
+ * directory) or flock is unsupported.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,9 +43,11 @@
 
 enum {
   HEADER_SIZE = 8 + 8 + 32,
-  ENTRY_PATH_MAX = PATH_MAX + 80,  /* DIR "/" key ".cubin" */
+  ENTRY_PATH_MAX = PATH_MAX + 80,  /* DIR "/" key ".cubin" (or ".lock") */
   TEMP_PATH_MAX = ENTRY_PATH_MAX + 64, /* ... ".tmp.<pid>.<unique>" */
-  MAX_ENTRY_SIZE = 1 << 30 /* larger files are not moegen entries */
+  MAX_ENTRY_SIZE = 1 << 30, /* larger files are not moegen entries */
+  WAIT_DEFAULT_S = 600,      /* MOEGEN_CACHE_WAIT unset: well above any real compile */
+  POLL_NS = 50 * 1000 * 1000 /* how often a waiter tries the lock again */
 };
 static const char MAGIC[8] = {'M', 'O', 'E', 'G', 'E', 'N', 'C', '1'};
 
@@ -267,8 +282,9 @@ static int write_file(const char *path, const unsigned char *cubin, size_t size)
   return err;
 }
 
-/* Publishes the entry at path: write DIR/<key>.cubin.tmp.<pid>.<unique>, rename. */
-static void publish_entry(const char *path, const unsigned char *cubin, size_t size, notes *n) {
+/* Publishes the entry at path: write DIR/<key>.cubin.tmp.<pid>.<unique>,
+ * rename. 1 if it is in place, else 0 (the reason noted). */
+static int publish_entry(const char *path, const unsigned char *cubin, size_t size, notes *n) {
   static atomic_uint counter;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -282,6 +298,75 @@ static void publish_entry(const char *path, const unsigned char *cubin, size_t s
     note(n, "cannot write cache entry %s: %s (the compile result is used uncached)", path,
          strerror(err));
   }
+  return !err;
+}
+
+/* ---------------------------------------------------------------- compile lock */
+
+/* Seconds a waiter waits for another holder of the compile lock:
+ * $MOEGEN_CACHE_WAIT (a number >= 0), else WAIT_DEFAULT_S. */
+static double wait_bound(void) {
+  const char *e = getenv("MOEGEN_CACHE_WAIT");
+  char *end;
+  double s = e && *e ? strtod(e, &end) : -1;
+  return e && *e && !*end && s >= 0 ? s : WAIT_DEFAULT_S;
+}
+
+static double monotonic_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* 1 if path names the file open as fd. */
+static int names_file(const char *path, int fd) {
+  struct stat a, b;
+  return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Takes the compile lock at lock_path (see the top of this file): the
+ * locked fd, or -1 to compile unlocked (no lock file, no flock, or the wait
+ * bound passed: noted). While another holds it, sends one "waiting" line
+ * and retries every POLL_NS; a lock file that was removed or replaced
+ * meanwhile (its holder finished) is reopened at once. */
+static int take_lock(const char *lock_path, const char *name, const char *arch, notes *n) {
+  const double bound = wait_bound(), deadline = monotonic_seconds() + bound;
+  int told = 0;
+  for (;;) {
+    int fd = open(lock_path, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    int locked, err;
+    for (;;) {
+      locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+      err = errno;
+      if (locked || (err != EWOULDBLOCK && err != EINTR) || !names_file(lock_path, fd)) break;
+      if (!told) {
+        char line[ENTRY_PATH_MAX + 256];
+        snprintf(line, sizeof line, "moegen: waiting for another compile of %s for %s (lock: %s)",
+                 name, arch, lock_path);
+        moegen_log_line(line);
+        told = 1;
+      }
+      if (monotonic_seconds() >= deadline) {
+        note(n, "waited %g s for the compile lock %s held by another compile; compiled without it",
+             bound, lock_path);
+        close(fd);
+        return -1;
+      }
+      nanosleep(&(struct timespec){0, POLL_NS}, NULL);
+    }
+    if (locked && names_file(lock_path, fd)) return fd;
+    close(fd);
+    if (locked || err == EWOULDBLOCK || err == EINTR) continue; /* a stale file: lock the new one */
+    return -1; /* flock unsupported here */
+  }
+}
+
+/* Removes the lock file, then unlocks (close drops the flock). */
+static void drop_lock(int fd, const char *lock_path) {
+  if (fd < 0) return;
+  unlink(lock_path);
+  close(fd);
 }
 
 /* ---------------------------------------------------------------- compile */
@@ -308,10 +393,12 @@ static int usable_dir(char *dir, size_t size, char *where, size_t where_size, no
   return 1;
 }
 
-/* Cold path: progress line, NVRTC, then publish (if a path is given). */
+/* Cold path: progress line, NVRTC, then publish (if a path is given);
+ * *outcome STORED or UNSTORED on success. */
 static moegen_status compile_and_store(const char *source, size_t source_size, const char *name,
                                        const char *arch, const char *where, const char *path,
-                                       unsigned char **cubin, size_t *cubin_size, notes *n) {
+                                       unsigned char **cubin, size_t *cubin_size,
+                                       moegen_cache_outcome *outcome, notes *n) {
   char line[PATH_MAX + 320];
   snprintf(line, sizeof line, "moegen: compiling %s for %s with NVRTC (%s)", name, arch, where);
   moegen_log_line(line);
@@ -320,38 +407,54 @@ static moegen_status compile_and_store(const char *source, size_t source_size, c
   moegen_status st =
       moegen_nvrtc_compile(source, source_size, file_name, arch, 0, cubin, cubin_size, &log);
   if (st != MOEGEN_OK) note(n, "%s", log ? log : "NVRTC gave no log");
-  else if (path) publish_entry(path, *cubin, *cubin_size, n);
+  else if (path && publish_entry(path, *cubin, *cubin_size, n)) *outcome = MOEGEN_CACHE_STORED;
   free(log);
   return st;
 }
 
 moegen_status moegen_cache_compile(const char *source, size_t source_size, const char *name,
                                    const char *arch, unsigned char **cubin, size_t *cubin_size,
-                                   char **log, int *hit) {
+                                   char **log, moegen_cache_outcome *outcome) {
   *cubin = NULL;
   *cubin_size = 0;
   *log = NULL;
-  *hit = 0;
+  *outcome = MOEGEN_CACHE_UNSTORED;
   char key[65];
   moegen_status st = cache_key(source, source_size, arch, key);
   if (st != MOEGEN_OK) /* unknown arch or no NVRTC: let NVRTC's wrapper say why */
     return moegen_nvrtc_compile(source, source_size, name, arch, 0, cubin, cubin_size, log);
   notes n = {NULL, 0};
-  char dir[PATH_MAX], where[PATH_MAX + 64], path[ENTRY_PATH_MAX];
-  int cached = usable_dir(dir, sizeof dir, where, sizeof where, &n);
+  char dir[PATH_MAX], where[PATH_MAX + 64], path[ENTRY_PATH_MAX], lock_path[ENTRY_PATH_MAX];
+  int cached = usable_dir(dir, sizeof dir, where, sizeof where, &n), lock = -1;
   entry_state state = ENTRY_MISSING;
   if (cached) {
     snprintf(path, sizeof path, "%s/%s.cubin", dir, key);
+    snprintf(lock_path, sizeof lock_path, "%s/%s.lock", dir, key);
     state = read_entry(path, cubin, cubin_size);
+    if (state != ENTRY_OK) {
+      /* A miss: compile under the lock, unless another compile of the key
+       * stored the entry while this one waited for it (or before it got it). */
+      lock = take_lock(lock_path, name, arch, &n);
+      state = read_entry(path, cubin, cubin_size);
+    }
   }
   if (state == ENTRY_OK) {
-    *hit = 1;
+    drop_lock(lock, lock_path);
+    free(n.text); /* a wait that ended in a hit worked nothing around */
+    *outcome = MOEGEN_CACHE_HIT;
     return MOEGEN_OK;
   }
   if (state == ENTRY_UNREADABLE) note(&n, "cache entry %s is unreadable; recompiled", path);
+  if (state == ENTRY_CORRUPT) {
+    char line[ENTRY_PATH_MAX + 96];
+    snprintf(line, sizeof line,
+             "moegen: discarding corrupt cache entry %s (bad header, size or checksum)", path);
+    moegen_log_line(line);
+  }
   st = compile_and_store(source, source_size, name, arch, where, cached ? path : NULL, cubin,
-                         cubin_size, &n);
-  if (state == ENTRY_CORRUPT && st == MOEGEN_OK)
+                         cubin_size, outcome, &n);
+  drop_lock(lock, lock_path);
+  if (state == ENTRY_CORRUPT && *outcome == MOEGEN_CACHE_STORED)
     note(&n, "cache entry %s was corrupt; rebuilt", path);
   *log = n.text;
   return st;

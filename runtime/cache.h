@@ -2,8 +2,12 @@
  *
  * Directory: $MOEGEN_CACHE_DIR, else $XDG_CACHE_HOME/moegen, else
  * ~/.cache/moegen. Key: SHA-256 of (source, NVRTC options, NVRTC version,
- * arch, moegen version). Entries are published by write-to-temp + rename and
- * carry a checksum that is verified on load; a corrupt entry is rebuilt.
+ * arch, moegen version). Entries DIR/<key>.cubin are published by
+ * write-to-temp + rename and carry a checksum that is verified on load; a
+ * corrupt entry is rebuilt. A cold compile holds an flock on DIR/<key>.lock
+ * (removed when it is done), so concurrent cold compiles of one key, in
+ * processes or threads, compile once: the others wait for the entry, at most
+ * $MOEGEN_CACHE_WAIT seconds (default 600), then compile without the lock.
  * MOEGEN_CACHE=0 disables the cache.
  */
 #ifndef MOEGEN_RUNTIME_CACHE_H
@@ -15,15 +19,19 @@
 #include "shared.h"
 
 /* Returns a cubin for the source: from the cache, or compiled by NVRTC (then
- * stored). Before a cold compile, sends one progress line to the log
- * callback ("moegen: compiling NAME for ARCH with NVRTC (first use; cache:
- * DIR)", or "(cache disabled)" / "(cache unavailable: DIR)"). *cubin is malloc'd. *log is malloc'd (may be NULL): the NVRTC log
- * on a compile error, or the cache problem that was worked around. A cache
- * that cannot be written is not an error. *hit tells whether it was a hit. */
+ * stored). Sends lines to the log callback (moegen_log_line): before a cold
+ * compile, "moegen: compiling NAME for ARCH with NVRTC (first use; cache:
+ * DIR)" (or "(cache disabled)" / "(cache unavailable: DIR)"); before that,
+ * "moegen: discarding corrupt cache entry PATH (...)" when the entry was
+ * corrupt; "moegen: waiting for another compile of NAME for ARCH (lock:
+ * PATH)" once when another compile of the key holds its lock. *cubin is
+ * malloc'd. *log is malloc'd (may be NULL): the NVRTC log on a compile
+ * error, or the cache problems that were worked around. A cache that cannot
+ * be written is not an error. *outcome says where the cubin came from (on
+ * MOEGEN_OK). */
 moegen_status moegen_cache_compile(const char *source, size_t source_size, const char *name,
                                    const char *arch, unsigned char **cubin, size_t *cubin_size,
-                                   char **log, int *hit);
-
+                                   char **log, moegen_cache_outcome *outcome);
 
 /* Internal log sink used by the runtime (see moegen_set_log). */
 void moegen_log_line(const char *line);

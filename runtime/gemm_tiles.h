@@ -34,7 +34,8 @@ moegen_kernel_id moegen_gemm_kernel(const moegen_image *img, moegen_gemm_id whic
 
 /* The checks every GEMM op starts with: `which` names a GEMM of op, the
  * module holds its kernels, 0 <= max_rows <= INT32_MAX, exactly one of
- * counts and offsets. Sets *id (moegen_gemm_kernel) and *p (its plan). */
+ * counts and offsets (or neither with max_rows = 0, which reads no rows).
+ * Sets *id (moegen_gemm_kernel) and *p (its plan). */
 moegen_status moegen_gemm_check(moegen_module *m, const char *what, moegen_gemm_id which,
                                 moegen_gemm_op op, int64_t max_rows, const int32_t *counts,
                                 const int32_t *offsets, moegen_kernel_id *id,

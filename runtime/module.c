@@ -168,6 +168,13 @@ const moegen_image *moegen_module_image(const moegen_module *m) { return m ? m->
 
 const moegen_driver *moegen_module_driver(const moegen_module *m) { return m ? m->drv : NULL; }
 
+moegen_status moegen_module_memset32(moegen_module *m, void *p, unsigned value, size_t n,
+                                     CUstream stream, const char *what) {
+  if (!m->drv) return m->unusable; /* the reason is already the last error */
+  CUresult r = m->drv->cuMemsetD32Async((CUdeviceptr)(uintptr_t)p, value, n, stream);
+  return r ? moegen_module_cuda_fail(m, r, what) : MOEGEN_OK;
+}
+
 /* ---------------------------------------------------------------- arch */
 
 /* Parses "sm_XY" / "sm_XYa" / "sm_XYf" (X may be two digits); 0 on success. */
@@ -264,9 +271,9 @@ static moegen_status setup_device(moegen_module *m, CUdevice d) {
 static moegen_status compile_unit(moegen_module *m, moegen_unit u) {
   const moegen_image *img = m->image;
   char *log = NULL;
-  int hit;
+  moegen_cache_outcome outcome;
   moegen_status st = moegen_unit_compile(img->source, img->source_size, img->name, img->arch, u,
-                                         &m->jit_cubin[u], &m->jit_cubin_size[u], &log, &hit);
+                                         &m->jit_cubin[u], &m->jit_cubin_size[u], &log, &outcome);
   if (st == MOEGEN_ERR_OUT_OF_MEMORY)
     moegen_module_fail(m, st, "out of memory compiling the %s unit of module %s", moegen_unit_name(u),
                        img->name);

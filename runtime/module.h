@@ -70,6 +70,12 @@ moegen_status moegen_module_launch(moegen_module *m, moegen_kernel_id id, moegen
                                    CUfunction fn, const moegen_launch_dims *d, void **params,
                                    CUstream stream, const char *what);
 
+/* Sets n 32-bit words at p to value on `stream` (cuMemsetD32Async); usable
+ * by an op that launches no kernel (T = 0): the module's create failure if
+ * it has no driver, a failed call recorded as "what: ...". */
+moegen_status moegen_module_memset32(moegen_module *m, void *p, unsigned value, size_t n,
+                                     CUstream stream, const char *what);
+
 /* The driver table (valid after a successful module_create). */
 const moegen_driver *moegen_module_driver(const moegen_module *m);
 

@@ -143,10 +143,12 @@ static moegen_status check_loss_fwd(moegen_module *m, const moegen_aux_loss_fwd_
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: give exactly one of total_num_tokens > 0 (host, %lld) and "
                               "total_num_tokens_dev", op, (long long)a->total_num_tokens);
-  if ((a->rows > 0 && !a->probs) || !a->tokens_per_expert || !a->aux_loss)
+  if (!a->aux_loss)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "%s: aux_loss is NULL (it is written also when rows = 0)", op);
+  if (a->rows > 0 && (!a->probs || !a->tokens_per_expert))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op,
-                              !a->aux_loss ? "aux_loss"
-                              : !a->tokens_per_expert ? "tokens_per_expert" : "probs");
+                              !a->probs ? "probs" : "tokens_per_expert");
   moegen_aux_loss_shape sh;
   moegen_aux_loss_shape_of(moegen_module_image(m), a->rows, a->cols, &sh);
   if (!a->workspace || a->workspace_bytes < sh.workspace_bytes || moegen_misaligned(a->workspace))

@@ -53,9 +53,13 @@ moegen_status moegen_gemm_check(moegen_module *m, const char *what, moegen_gemm_
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: max_rows = %lld is outside [0, INT32_MAX]", what,
                               (long long)max_rows);
-  if ((counts == NULL) == (offsets == NULL))
+  if (counts && offsets)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "%s: give exactly one of counts and offsets", what);
+                              "%s: give exactly one of counts and offsets (both given)", what);
+  if (!counts && !offsets && max_rows > 0)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "%s: give exactly one of counts and offsets (neither given; only "
+                              "max_rows = 0 reads none)", what);
   *p = moegen_gemm_plan_of(img, *id);
   return MOEGEN_OK;
 }

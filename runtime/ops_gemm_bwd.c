@@ -77,6 +77,27 @@ moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *
   return moegen_gemm_launch(m, id, MOEGEN_SIG_gemm_dgrad, p, max_tiles, params, stream, &tk);
 }
 
+/* wgrad of no rows (max_rows = 0): every expert is empty, so dw and db
+ * are zeros (two memsets, no kernel; dy, x, counts and offsets are not
+ * read), or with accumulate = 1 keep their contents. */
+static moegen_status wgrad_empty(moegen_module *m, const moegen_gemm_wgrad_args *a,
+                                 const moegen_gemm_kernel_plan *p, CUstream stream) {
+  if (a->accumulate) return MOEGEN_OK; /* += 0 */
+  if (!a->dw)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "gemm_wgrad: dw is NULL (with max_rows = 0 and accumulate = 0 it "
+                              "is still written: zeros)");
+  if (((uintptr_t)a->dw | (uintptr_t)a->db) % 16)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "gemm_wgrad: dw and db must be 16-byte aligned");
+  const size_t E = (size_t)moegen_module_image(m)->gemm.experts, N = (size_t)p->n, K = (size_t)p->k;
+  moegen_status st = moegen_module_memset32(m, a->dw, 0, E * N * K / 2, stream,
+                                            "gemm_wgrad: cuMemsetD32Async(dw)"); /* bf16: K even */
+  if (st == MOEGEN_OK && a->db)
+    st = moegen_module_memset32(m, a->db, 0, E * N, stream, "gemm_wgrad: cuMemsetD32Async(db)");
+  return st;
+}
+
 moegen_status moegen_gemm_wgrad(moegen_module *m, const moegen_gemm_wgrad_args *a,
                                 CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
@@ -89,22 +110,19 @@ moegen_status moegen_gemm_wgrad(moegen_module *m, const moegen_gemm_wgrad_args *
   if (a->accumulate != 0 && a->accumulate != 1)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "gemm_wgrad: accumulate = %d is not 0 or 1",
                               a->accumulate);
-  if (a->max_rows == 0 && a->accumulate) return MOEGEN_OK; /* += 0 */
+  if (a->max_rows == 0) return wgrad_empty(m, a, p, stream);
   const void *ptrs[] = {a->dy, a->x, a->dw};
   if ((st = check_ptrs(m, "gemm_wgrad", ptrs, 3)) != MOEGEN_OK) return st;
   if ((uintptr_t)a->db % 16)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "gemm_wgrad: db must be 16-byte aligned");
   const long long E = img->gemm.experts, N = p->n, K = p->k;
-  /* With max_rows = 0 every expert is empty: the kernel loads nothing and
-   * writes zeros, the maps only need a valid (1-row) shape. */
-  const long long rows = a->max_rows > 0 ? a->max_rows : 1;
   moegen_args_gemm_wgrad args = {.dw = a->dw, .db = a->db, .counts = a->counts,
                                  .offsets = a->offsets, .max_rows = (int)a->max_rows,
                                  .accumulate = a->accumulate};
-  st = moegen_gemm_operand_2d(m, &args.mdy, a->dy, rows, N, (unsigned)p->bk, 64,
+  st = moegen_gemm_operand_2d(m, &args.mdy, a->dy, a->max_rows, N, (unsigned)p->bk, 64,
                               "gemm_wgrad: cuTensorMapEncodeTiled(dy)");
   if (st == MOEGEN_OK)
-    st = moegen_gemm_operand_2d(m, &args.mx, a->x, rows, K, (unsigned)p->bk, 64,
+    st = moegen_gemm_operand_2d(m, &args.mx, a->x, a->max_rows, K, (unsigned)p->bk, 64,
                                 "gemm_wgrad: cuTensorMapEncodeTiled(x)");
   /* dW as bf16 [E, N, K] in [1, 64, 64] boxes: the sm_90a kernel's TMA
    * stores when accumulate = 0 (with accumulate = 1 it adds fp32 from

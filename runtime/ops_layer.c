@@ -100,7 +100,9 @@ moegen_status moegen_layer_shape_of(const moegen_image *image, int64_t max_token
 /* Buffer at byte offset off of saved or workspace (the backward only reads saved). */
 #define AT(base, off) ((void *)((const char *)(base) + (off)))
 
-/* Checks what forward and backward share; fills the layout. */
+/* Checks what forward and backward share; fills the layout. At T = 0
+ * neither op touches saved or workspace: they may be NULL (if given they
+ * are checked all the same). */
 static moegen_status check_layer(moegen_module *m, const char *what, int64_t T, int64_t max_tokens,
                                  const void *saved, size_t saved_bytes, const void *ws,
                                  size_t ws_bytes, layer_layout *L) {
@@ -115,12 +117,12 @@ static moegen_status check_layer(moegen_module *m, const char *what, int64_t T, 
                               "%s: module %s (%s) lacks the grouped GEMM or permute kernels (they "
                               "need sm_80 or later and hidden, ffn multiples of 8)", what, img->name,
                               img->arch);
-  if (!saved || saved_bytes < L->saved_bytes || ((uintptr_t)saved % ALIGN))
+  if ((T > 0 || saved) && (!saved || saved_bytes < L->saved_bytes || ((uintptr_t)saved % ALIGN)))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: saved = %p (%zu bytes) must be %d-byte aligned and hold %zu "
                               "bytes (moegen_layer_shape_of)", what, saved, saved_bytes, ALIGN,
                               L->saved_bytes);
-  if (!ws || ws_bytes < L->workspace_bytes || ((uintptr_t)ws % ALIGN))
+  if ((T > 0 || ws) && (!ws || ws_bytes < L->workspace_bytes || ((uintptr_t)ws % ALIGN)))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: workspace = %p (%zu bytes) must be %d-byte aligned and hold %zu "
                               "bytes (moegen_layer_shape_of)", what, ws, ws_bytes, ALIGN,
@@ -191,8 +193,7 @@ moegen_status moegen_layer_fwd(moegen_module *m, const moegen_layer_fwd_args *a,
   return moegen_unpermute_fwd(m, &ua, stream);
 }
 
-/* Both weight grads from dy2 (in y2's space) and dh; R = 0 writes zeros
- * (accumulate: leaves main_grad as it is) and reads nothing else. */
+/* Both weight grads from dy2 (in y2's space) and dh over R > 0 rows. */
 static moegen_status weight_grads(moegen_module *m, const moegen_layer_bwd_args *a,
                                   const layer_layout *L, int64_t R, CUstream stream) {
   const void *s = a->saved;
@@ -223,7 +224,16 @@ moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *a,
   if (st != MOEGEN_OK) return st;
   const moegen_image *img = moegen_module_image(m);
   const int64_t T = a->num_tokens, R = T * img->router.topk;
-  if (T == 0) return weight_grads(m, a, &L, 0, stream); /* an empty batch: zero weight grads */
+  if (T == 0) { /* an empty batch: zero weight grads (accumulate: main_grad kept); reads nothing */
+    if (!a->accumulate && (!a->dw1 || !a->dw2))
+      return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                                "layer_bwd: dw1 and dw2 are written also when num_tokens = 0 "
+                                "(zeros) and may not be NULL");
+    moegen_gemm_wgrad_args g2 = {.which = MOEGEN_GEMM2, .dw = a->dw2, .accumulate = a->accumulate};
+    moegen_gemm_wgrad_args g1 = {.which = MOEGEN_GEMM1, .dw = a->dw1, .accumulate = a->accumulate};
+    st = moegen_gemm_wgrad(m, &g2, stream);
+    return st != MOEGEN_OK ? st : moegen_gemm_wgrad(m, &g1, stream);
+  }
   const void *s = a->saved;
   void *w = a->workspace;
   /* dy2 = dy at each route's row (probs were applied in GEMM1's epilogue). */

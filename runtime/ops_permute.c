@@ -112,16 +112,27 @@ static moegen_status check_permute(moegen_module *m, const moegen_permute_plan *
   if (a->num_tokens * p->topk + (int64_t)p->experts * a->align > INT32_MAX)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "permute_fwd: T*K + E*align exceeds INT32_MAX rows");
-  if (!a->topk_indices == !a->routing_map)
+  /* T = 0: the [T, ...] tensors are empty (NULL in most frameworks); the
+   * offsets, counts and pad rows are still written. */
+  const int data = a->num_tokens > 0;
+  if (a->topk_indices && a->routing_map)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "permute_fwd: give exactly one of topk_indices and routing_map "
-                              "(%s given)", a->topk_indices ? "both" : "neither");
-  if (!a->row_map || !a->offsets || !a->counts)
+                              "(both given)");
+  if (data && !a->topk_indices && !a->routing_map)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "permute_fwd: row_map, offsets and counts are required outputs");
-  if (a->rows && !a->x)
+                              "permute_fwd: give exactly one of topk_indices and routing_map "
+                              "(neither given; only num_tokens = 0 needs none)");
+  if (!a->offsets || !a->counts)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: offsets and counts are required outputs (written "
+                              "also when num_tokens = 0)");
+  if (data && !a->row_map)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: row_map is a required output");
+  if (data && a->rows && !a->x)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "permute_fwd: rows given but x is NULL");
-  if (a->permuted_probs && !a->probs)
+  if (data && a->permuted_probs && !a->probs)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "permute_fwd: permuted_probs given but probs is NULL");
   size_t need = (size_t)tiles_of(p, a->num_tokens) * (size_t)p->experts * 4;
@@ -251,11 +262,15 @@ moegen_status moegen_unpermute_bwd(moegen_module *m, const moegen_unpermute_bwd_
                               "unpermute_bwd: num_rows = %lld is outside [0, INT32_MAX]",
                               (long long)a->num_rows);
   if (a->num_tokens == 0 && a->num_rows == 0) return MOEGEN_OK;
-  if (!a->row_map || !a->offsets || !a->counts || !a->grad_rows ||
-      (a->num_tokens > 0 && !a->grad_out) || (a->grad_probs && !a->rows))
+  /* T = 0 < R: only the zero rows of grad_rows are written (from offsets
+   * and counts); the [T, ...] tensors are empty and may be NULL. */
+  const int data = a->num_tokens > 0;
+  if (!a->offsets || !a->counts || !a->grad_rows ||
+      (data && (!a->row_map || !a->grad_out || (a->grad_probs && !a->rows))))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "unpermute_bwd: row_map, offsets, counts, grad_out and grad_rows "
-                              "are required; grad_probs needs rows");
+                              "unpermute_bwd: offsets, counts and grad_rows are required (also "
+                              "when num_tokens = 0 < num_rows), and with num_tokens > 0 row_map "
+                              "and grad_out; grad_probs needs rows");
   if (moegen_misaligned(a->grad_out) || moegen_misaligned(a->rows) || moegen_misaligned(a->grad_rows))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "unpermute_bwd: grad_out, rows and grad_rows must be 16-byte aligned");

@@ -37,11 +37,11 @@ static moegen_status check_args(moegen_module *m, const moegen_router_fwd_args *
   if ((unsigned)a->index_dtype > MOEGEN_INDEX_INT64)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_fwd: index_dtype = %d is not a moegen_index_dtype",
                               (int)a->index_dtype);
-  if (p->qb && (!a->qb_histogram || !a->qb_bounds || a->qb_bins <= 0))
+  if (p->qb && (a->qb_bins <= 0 || (a->num_tokens > 0 && (!a->qb_histogram || !a->qb_bounds))))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "router_fwd: quantile balancing needs qb_histogram, qb_bounds and "
-                              "qb_bins > 0 (got %p, %p, %d)", (void *)a->qb_histogram,
-                              (const void *)a->qb_bounds, a->qb_bins);
+                              "router_fwd: quantile balancing needs qb_bins > 0, and qb_histogram "
+                              "and qb_bounds when num_tokens > 0 (got %d, %p, %p)", a->qb_bins,
+                              (void *)a->qb_histogram, (const void *)a->qb_bounds);
   if (!p->qb && (a->qb_histogram || a->qb_bounds || a->qb_cutoff || a->qb_bins))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "router_fwd: qb_* arguments given but the config has no "
@@ -83,6 +83,10 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
   if (st != MOEGEN_OK) return st;
   const moegen_image *img = moegen_module_image(m);
   const moegen_router_plan *p = &img->router;
+  if (a->num_tokens == 0) /* no kernel: only the counts are written */
+    return a->expert_counts ? moegen_module_memset32(m, a->expert_counts, 0, (size_t)p->experts,
+                                                     stream, "router_fwd: cuMemsetD32Async(expert_counts)")
+                            : MOEGEN_OK;
   moegen_kernel_id id = MOEGEN_KERNEL_ROUTER_FWD;
   CUfunction fn;
   moegen_device_info dev;
@@ -104,12 +108,10 @@ moegen_status moegen_router_fwd(moegen_module *m, const moegen_router_fwd_args *
       if (st != MOEGEN_OK) return st;
     }
   }
-  const moegen_driver *d = moegen_module_driver(m);
-  if (a->expert_counts) {
-    CUresult r = d->cuMemsetD32Async((CUdeviceptr)(uintptr_t)a->expert_counts, 0, (size_t)p->experts, stream);
-    if (r) return moegen_module_cuda_fail(m, r, "router_fwd: cuMemsetD32Async(expert_counts)");
-  }
-  if (a->num_tokens == 0) return MOEGEN_OK;
+  if (a->expert_counts &&
+      (st = moegen_module_memset32(m, a->expert_counts, 0, (size_t)p->experts, stream,
+                                   "router_fwd: cuMemsetD32Async(expert_counts)")) != MOEGEN_OK)
+    return st;
   moegen_launch_dims dims = {0, 0, (unsigned)p->smem_bytes};
   launch_shape(p, &dev, a->num_tokens, &dims.threads, &dims.grid);
   moegen_args_router_fwd args = {

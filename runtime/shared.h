@@ -18,13 +18,22 @@
  * NULL if out of memory. */
 char *moegen_unit_source(const char *source, size_t source_size, moegen_unit u, size_t *size);
 
+/* Where a cubin from the JIT cache came from. */
+typedef enum moegen_cache_outcome {
+  MOEGEN_CACHE_HIT,     /* loaded from the cache (also an entry another process or thread
+                         * compiled while this call waited for it) */
+  MOEGEN_CACHE_STORED,  /* compiled by this call and stored in the cache */
+  MOEGEN_CACHE_UNSTORED /* compiled by this call, not stored: the cache is disabled or
+                         * unusable, or the entry could not be written (the log says why) */
+} moegen_cache_outcome;
+
 /* Compiles unit u of a JIT image's source for arch through the disk cache
- * (moegen_cache_compile of runtime/cache.h: *cubin, *cubin_size, *log, *hit
- * as there; image_name names the unit in the progress line). OUT_OF_MEMORY
- * if the unit text cannot be built. */
+ * (moegen_cache_compile of runtime/cache.h: *cubin, *cubin_size, *log,
+ * *outcome as there; image_name names the unit in the progress line).
+ * OUT_OF_MEMORY if the unit text cannot be built. */
 moegen_status moegen_unit_compile(const char *source, size_t source_size, const char *image_name,
                                   const char *arch, moegen_unit u, unsigned char **cubin,
-                                  size_t *cubin_size, char **log, int *hit);
+                                  size_t *cubin_size, char **log, moegen_cache_outcome *outcome);
 
 /* The JIT cache directory in use (into buf), or "" when disabled. */
 void moegen_cache_dir(char *buf, size_t size);

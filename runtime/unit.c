@@ -27,17 +27,17 @@ char *moegen_unit_source(const char *source, size_t source_size, moegen_unit u, 
 
 moegen_status moegen_unit_compile(const char *source, size_t source_size, const char *image_name,
                                   const char *arch, moegen_unit u, unsigned char **cubin,
-                                  size_t *cubin_size, char **log, int *hit) {
+                                  size_t *cubin_size, char **log, moegen_cache_outcome *outcome) {
   *cubin = NULL;
   *cubin_size = 0;
   *log = NULL;
-  *hit = 0;
+  *outcome = MOEGEN_CACHE_UNSTORED;
   size_t size;
   char *text = moegen_unit_source(source, source_size, u, &size);
   if (!text) return MOEGEN_ERR_OUT_OF_MEMORY;
   char name[160];
   snprintf(name, sizeof name, "%s (%s unit)", image_name, moegen_unit_name(u));
-  moegen_status st = moegen_cache_compile(text, size, name, arch, cubin, cubin_size, log, hit);
+  moegen_status st = moegen_cache_compile(text, size, name, arch, cubin, cubin_size, log, outcome);
   free(text);
   return st;
 }

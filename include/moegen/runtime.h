@@ -101,9 +101,12 @@ typedef struct moegen_image {
 
 typedef struct moegen_module moegen_module;
 
-/* Log sink for the runtime's only output: one progress line before a cold
- * JIT compile. The default writes the line to stderr; NULL silences it.
- * Process-wide; set it before creating modules. */
+/* Log sink for the runtime's only output, the JIT cache's lines: one
+ * progress line before a cold JIT compile of a unit, one line when a
+ * corrupt cache entry is discarded (then rebuilt), and one when a unit
+ * waits for another process's (or thread's) compile of the same unit. The
+ * default writes each line to stderr; NULL silences them. Process-wide; set
+ * it before creating modules. */
 typedef void (*moegen_log_fn)(const char *line, void *user);
 void moegen_set_log(moegen_log_fn fn, void *user);
 
@@ -158,7 +161,10 @@ moegen_status moegen_router_fwd_shape_of(const moegen_image *image, int64_t num_
 
 /* Router forward arguments (device pointers; any output may be NULL). */
 typedef struct moegen_router_fwd_args {
-  int64_t num_tokens;     /* T >= 0; T == 0 is a no-op; T*E <= INT32_MAX */
+  int64_t num_tokens;     /* T >= 0, T*E <= INT32_MAX. T = 0 launches no kernel and reads
+                           * nothing: every pointer but expert_counts may be NULL
+                           * (expert_bias, qb_histogram, qb_bounds too); expert_counts, if
+                           * given, is still zeroed (a memset node) */
   const void *logits;     /* in  [T, E] logits dtype, contiguous */
   const float *expert_bias; /* in [E] fp32; required iff the config has expert_bias */
   void *probs;            /* out [T, E] logits dtype: scaling*p at selected, 0 elsewhere */
@@ -173,7 +179,7 @@ typedef struct moegen_router_fwd_args {
   /* Quantile balancing (modules with quantile_balancing; NULL/0 otherwise). */
   int32_t *qb_histogram;  /* in/out [E, qb_bins]: ACCUMULATED in place, += 1 per (token,
                            * expert) at the bin of cutoff - s; never zeroed (required) */
-  int qb_bins;            /* bins per expert, > 0 */
+  int qb_bins;            /* bins per expert, > 0 (also at T = 0) */
   const float *qb_bounds; /* in [2] fp32 device: lower < upper, both finite (required;
                            * check once with moegen_router_qb_check_bounds) */
   float *qb_cutoff;       /* out [T] fp32: the (K+1)-th largest s + bias of each token */
@@ -211,7 +217,8 @@ moegen_status moegen_router_bwd_shape_of(const moegen_image *image, int64_t num_
  * topk_indices); the routing as exactly one of routing_map, routing_bitmap
  * or topk_indices, as moegen_router_fwd wrote it. */
 typedef struct moegen_router_bwd_args {
-  int64_t num_tokens;            /* T >= 0; T == 0 is a no-op; T*E <= INT32_MAX */
+  int64_t num_tokens;            /* T >= 0, T*E <= INT32_MAX; T = 0 does nothing (no GPU
+                                  * work) and every pointer may be NULL */
   const void *grad_probs;        /* in [T, E] logits dtype: grad of probs, or NULL */
   const float *grad_weights;     /* in [T, K] fp32: grad of topk_weights, aligned with
                                   * topk_indices, or NULL */
@@ -248,7 +255,8 @@ moegen_status moegen_aux_scores_shape_of(const moegen_image *image, int64_t num_
 
 /* Aux-loss score forward arguments (device pointers, 16-byte aligned). */
 typedef struct moegen_aux_scores_fwd_args {
-  int64_t num_tokens;       /* T >= 0; T == 0 is a no-op; T*E <= INT32_MAX */
+  int64_t num_tokens;       /* T >= 0, T*E <= INT32_MAX; T = 0 does nothing (no GPU work)
+                             * and every pointer may be NULL */
   const void *logits;       /* in  [T, E] logits dtype */
   float *scores;            /* out [T, E] fp32: softmax, or sigmoid / sqrtsoftplus
                              * normalized over all E */
@@ -266,7 +274,8 @@ moegen_status moegen_aux_scores_fwd(moegen_module *m, const moegen_aux_scores_fw
 
 /* Aux-loss score backward arguments (device pointers, 16-byte aligned). */
 typedef struct moegen_aux_scores_bwd_args {
-  int64_t num_tokens;        /* T >= 0; T == 0 is a no-op; T*E <= INT32_MAX */
+  int64_t num_tokens;        /* T >= 0, T*E <= INT32_MAX; T = 0 does nothing (no GPU work)
+                              * and every pointer may be NULL */
   const float *grad_scores;  /* in  [T, E] fp32 */
   const float *intermediate; /* in  [T, E] fp32 saved by moegen_aux_scores_fwd */
   void *grad_logits;         /* out [T, E] logits dtype */
@@ -291,7 +300,9 @@ moegen_status moegen_aux_loss_shape_of(const moegen_image *image, int64_t rows, 
 
 /* Aux loss forward arguments (device pointers, unless noted). */
 typedef struct moegen_aux_loss_fwd_args {
-  int64_t rows;                   /* R >= 0 (R == 0 gives aux = 0) */
+  int64_t rows;                   /* R >= 0. R = 0 reads neither probs nor tokens_per_expert
+                                   * (both may be NULL) and still writes aux_loss = 0 and
+                                   * aux_const (so N, aux_loss and the workspace are needed) */
   int64_t cols;                   /* C > 0, a multiple of num_experts, <= INT32_MAX */
   const void *probs;              /* in [R, C] probs_dtype */
   moegen_dtype probs_dtype;       /* of probs and aux_loss */
@@ -320,7 +331,8 @@ moegen_status moegen_aux_loss_fwd(moegen_module *m, const moegen_aux_loss_fwd_ar
 
 /* Aux loss backward arguments (device pointers). */
 typedef struct moegen_aux_loss_bwd_args {
-  int64_t rows;                  /* R >= 0; R == 0 is a no-op */
+  int64_t rows;                  /* R >= 0; R = 0 does nothing (no GPU work) and every pointer
+                                  * may be NULL */
   int64_t cols;                  /* C > 0, <= INT32_MAX */
   const float *aux_const;        /* in [] fp32 Cc from moegen_aux_loss_fwd */
   const void *tokens_per_expert; /* in [C] tpe_dtype */
@@ -368,11 +380,14 @@ moegen_status moegen_gemm_fwd_shape_of(const moegen_image *image, moegen_gemm_id
  * rows of expert e are rows [o_e, o_e + m_e) of x and y, where m_e and o_e
  * come from exactly one of counts (o_e = sum of earlier counts) or offsets
  * (o_e = offsets[e], m_e = offsets[e+1] - offsets[e]), read on the device
- * when the kernel runs (so one captured graph serves any routing). */
+ * when the kernel runs (so one captured graph serves any routing); with
+ * max_rows = 0 neither is needed. */
 typedef struct moegen_gemm_fwd_args {
   moegen_gemm_id which;   /* MOEGEN_GEMM1 or MOEGEN_GEMM2 */
   int64_t max_rows;       /* host bound on the rows of x and y (>= sum m_e; <= INT32_MAX);
-                           * 0 is a no-op. Rows at or past it are never touched */
+                           * 0 does nothing (no GPU work) and every pointer (counts,
+                           * offsets, workspace too) may be NULL. Rows at or past it are
+                           * never touched */
   const void *x;          /* in  [max_rows, K] bf16 row-major, rows grouped by expert */
   const void *w;          /* in  [E, N, K] bf16, K contiguous (nn.Linear weight per expert) */
   void *y;                /* out [max_rows, N] bf16: y_e = x_e w_e^T, fp32 accumulation */
@@ -420,7 +435,8 @@ moegen_status moegen_gemm_bwd_shape_of(const moegen_image *image, moegen_gemm_id
  * expert e as in moegen_gemm_fwd_args). */
 typedef struct moegen_gemm_dgrad_args {
   moegen_gemm_id which;   /* MOEGEN_GEMM1 or MOEGEN_GEMM2 */
-  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 is a no-op */
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 does nothing and every pointer
+                           * may be NULL */
   const void *dy;         /* in  [max_rows, N] bf16, rows grouped by expert */
   const void *w;          /* in  [E, N, K] bf16 (the forward's weight, not transposed) */
   void *dx;               /* out [max_rows, K] bf16: dx_e = dy_e w_e, fp32 accumulation */
@@ -443,7 +459,10 @@ moegen_status moegen_gemm_dgrad(moegen_module *m, const moegen_gemm_dgrad_args *
 /* Grouped GEMM weight (and bias) gradient. */
 typedef struct moegen_gemm_wgrad_args {
   moegen_gemm_id which;   /* MOEGEN_GEMM1 or MOEGEN_GEMM2 */
-  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0: every expert is empty */
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args. 0: every expert is empty; dy, x,
+                           * counts and offsets are not read (may be NULL), dw (required)
+                           * and db are zeroed with accumulate = 0 (memset nodes, no
+                           * kernel), left as they are with accumulate = 1 */
   const void *dy;         /* in  [max_rows, N] bf16, rows grouped by expert */
   const void *x;          /* in  [max_rows, K] bf16 (the forward's input) */
   void *dw;               /* out [E, N, K]: bf16 dw_e = dy_e^T x_e (accumulate = 0), or
@@ -469,7 +488,8 @@ moegen_status moegen_gemm_wgrad(moegen_module *m, const moegen_gemm_wgrad_args *
  * order of torch.chunk(h, 2, -1) and TE's swiglu): act = silu(gate) * up *
  * prob[row]. */
 typedef struct moegen_gemm_glu_args {
-  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 is a no-op */
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 does nothing and every pointer
+                           * may be NULL */
   const void *x;          /* in  [max_rows, H] bf16, rows grouped by expert */
   const void *w;          /* in  [E, 2F, H] bf16: rows [0, F) gate, [F, 2F) up */
   const void *bias;       /* in  [E, 2F] bf16, or NULL (no bias) */
@@ -496,7 +516,8 @@ moegen_status moegen_gemm1_fwd_glu(moegen_module *m, const moegen_gemm_glu_args 
  * dh[:, :F] = dact * prob * u * silu'(g), dh[:, F:] = dact * prob * silu(g),
  * and dprob[row] += sum_f dact * silu(g) * u. */
 typedef struct moegen_gemm_dglu_args {
-  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 is a no-op */
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 does nothing and every pointer
+                           * may be NULL */
   const void *dy;         /* in  [max_rows, H] bf16: the gradient of gemm2's output */
   const void *w;          /* in  [E, H, F] bf16: gemm2's weight */
   const void *h;          /* in  [max_rows, 2F] bf16 pre-activation (moegen_gemm_glu_args.h) */
@@ -551,9 +572,15 @@ moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tok
                                       int capacity, moegen_permute_shape *shape);
 
 /* Permute forward arguments (device pointers, 16-byte aligned). The routing
- * is exactly one of topk_indices and routing_map. */
+ * is exactly one of topk_indices and routing_map (at T = 0 neither is
+ * needed). */
 typedef struct moegen_permute_args {
-  int64_t num_tokens;          /* T >= 0; T*K + E*align <= INT32_MAX */
+  int64_t num_tokens;          /* T >= 0; T*K + E*align <= INT32_MAX. T = 0 reads and writes
+                                * no [T, ...] tensor (x, the routing, probs, row_map may be
+                                * NULL) and still launches the kernels: offsets and counts (0,
+                                * or from expert_counts), num_dropped, and the R = E*(align-1)
+                                * (capacity: at most) zero pad rows of rows / permuted_probs
+                                * are written; offsets, counts and the workspace are required */
   moegen_dtype dtype;          /* of x and rows */
   const void *x;               /* in  [T, H] tokens, or NULL when rows is NULL */
   const int32_t *topk_indices; /* in  [T, K] int32 distinct expert ids per token (ids
@@ -589,7 +616,8 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *ar
 
 /* Combine arguments (moegen_unpermute_fwd; also the permute backward). */
 typedef struct moegen_unpermute_args {
-  int64_t num_tokens;          /* T >= 0 */
+  int64_t num_tokens;          /* T >= 0; T = 0 does nothing (no GPU work) and every pointer
+                                * may be NULL */
   moegen_dtype dtype;          /* of rows and out */
   const void *rows;            /* in  [R, H] (any R the row map points into) */
   const int32_t *row_map;      /* in  [T, K] from moegen_permute_fwd */
@@ -606,7 +634,8 @@ moegen_status moegen_unpermute_fwd(moegen_module *m, const moegen_unpermute_args
 
 /* Permute backward arguments. */
 typedef struct moegen_permute_bwd_args {
-  int64_t num_tokens;          /* T >= 0 */
+  int64_t num_tokens;          /* T >= 0; T = 0 does nothing (no GPU work) and every pointer
+                                * may be NULL */
   moegen_dtype dtype;          /* of grad_rows and grad_x */
   const void *grad_rows;       /* in  [R, H] grad of the permuted rows */
   const int32_t *row_map;      /* in  [T, K] */
@@ -626,7 +655,11 @@ moegen_status moegen_permute_bwd(moegen_module *m, const moegen_permute_bwd_args
 
 /* Unpermute backward arguments. */
 typedef struct moegen_unpermute_bwd_args {
-  int64_t num_tokens;          /* T >= 0 */
+  int64_t num_tokens;          /* T >= 0. T = 0: the [T, ...] tensors (grad_out, row_map,
+                                * merging_probs, grad_probs) may be NULL and rows is not read;
+                                * with R > 0 (pad rows) every row of grad_rows is zeroed
+                                * (offsets, counts, grad_rows required), with R = 0 nothing
+                                * is done (every pointer may be NULL) */
   int64_t num_rows;            /* R: rows of grad_rows (moegen_permute_shape.rows[0]) */
   moegen_dtype dtype;          /* of grad_out, rows, grad_rows */
   const void *grad_out;        /* in  [T, H] */
@@ -649,7 +682,8 @@ moegen_status moegen_unpermute_bwd(moegen_module *m, const moegen_unpermute_bwd_
 
 /* Chunk sort arguments (moe_sort_chunks_by_index, SPEC.md 4f). */
 typedef struct moegen_sort_chunks_args {
-  int64_t num_rows;            /* N >= 0 rows of in and out (>= sum of split_sizes) */
+  int64_t num_rows;            /* N >= 0 rows of in and out (>= sum of split_sizes); N = 0
+                                * does nothing (no GPU work) and every pointer may be NULL */
   moegen_dtype dtype;          /* of in and out */
   int num_chunks;              /* S, 0 <= S <= moegen_permute_plan.max_chunks */
   const int32_t *split_sizes;  /* in  [S] int32 device: rows per chunk, input order */
@@ -692,7 +726,8 @@ moegen_status moegen_layer_shape_of(const moegen_image *image, int64_t max_token
 
 /* Layer forward arguments (device pointers). */
 typedef struct moegen_layer_fwd_args {
-  int64_t num_tokens;        /* T, 0 <= T <= max_tokens; 0 is a no-op */
+  int64_t num_tokens;        /* T, 0 <= T <= max_tokens; 0 does nothing (no GPU work) and
+                              * every pointer, saved and workspace too, may be NULL */
   int64_t max_tokens;        /* the bound saved and workspace were sized for */
   const void *x;             /* in  [T, H] bf16 */
   const void *logits;        /* in  [T, E] logits dtype */
@@ -718,7 +753,10 @@ moegen_status moegen_layer_fwd(moegen_module *m, const moegen_layer_fwd_args *ar
 
 /* Layer backward arguments (device pointers). */
 typedef struct moegen_layer_bwd_args {
-  int64_t num_tokens;        /* T of the forward that wrote saved */
+  int64_t num_tokens;        /* T of the forward that wrote saved. T = 0 reads nothing (dy,
+                              * saved, workspace, w1, w2 may be NULL; dx, dlogits are empty)
+                              * and zeroes dw1 and dw2 (accumulate = 0: required; memset
+                              * nodes) or leaves them as they are (accumulate = 1) */
   int64_t max_tokens;        /* as in the forward */
   const void *dy;            /* in  [T, H] bf16 gradient of y */
   const void *w1;            /* in  [E, 2F, H] bf16, as in the forward */

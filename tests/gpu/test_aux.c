@@ -330,6 +330,38 @@ static const spec specs[] = {
     {"softmax E=7 K=7 fp16", 7, 7, MOEGEN_SCORE_SOFTMAX, MOEGEN_DTYPE_FP16},
 };
 
+/* T = 0 / R = 0 with NULL data pointers: the score ops and the loss
+ * backward do nothing; the loss forward writes aux = 0 and Cc. */
+static void empty_case(moegen_module *m) {
+  const moegen_aux_plan *p = &moegen_module_image(m)->aux;
+  moegen_status s1 = moegen_aux_scores_fwd(m, &(moegen_aux_scores_fwd_args){0}, NULL);
+  moegen_status s2 = moegen_aux_scores_bwd(m, &(moegen_aux_scores_bwd_args){0}, NULL);
+  moegen_status s3 = moegen_aux_loss_bwd(m, &(moegen_aux_loss_bwd_args){.cols = p->experts}, NULL);
+  CHECK(s1 == MOEGEN_OK && s2 == MOEGEN_OK && s3 == MOEGEN_OK, "T = 0 no-ops: %s %s %s: %s",
+        moegen_status_string(s1), moegen_status_string(s2), moegen_status_string(s3),
+        moegen_module_last_error(m));
+  moegen_aux_loss_shape sh;
+  CHECK(moegen_aux_loss_shape_of(moegen_module_image(m), 0, p->experts, &sh) == MOEGEN_OK,
+        "aux_loss_shape_of(0 rows)");
+  float *out = gpu_alloc(8), host[2];
+  void *ws = gpu_alloc(sh.workspace_bytes);
+  gpu_poison(out, 8);
+  moegen_aux_loss_fwd_args a = {.cols = p->experts, .probs_dtype = MOEGEN_DTYPE_FP32,
+                                .total_num_tokens = 5, .num_experts = p->experts, .topk = p->topk,
+                                .coeff = 0.5f, .aux_loss = out, .aux_const = out + 1,
+                                .workspace = ws, .workspace_bytes = sh.workspace_bytes};
+  moegen_status st = moegen_aux_loss_fwd(m, &a, NULL);
+  CU(gpu_drv->cuCtxSynchronize());
+  gpu_get(host, out, 8);
+  gpu_free(out);
+  gpu_free(ws);
+  const float cc = ((float)p->experts * 0.5f) / (float)p->topk / 5.f / 5.f;
+  CHECK(st == MOEGEN_OK, "aux_loss_fwd R = 0: %s: %s", moegen_status_string(st),
+        moegen_module_last_error(m));
+  CHECK(host[0] == 0.f && fabsf(host[1] - cc) <= 1e-6f * cc, "R = 0: aux %g (want 0), Cc %g (want %g)",
+        (double)host[0], (double)host[1], (double)cc);
+}
+
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
@@ -354,6 +386,7 @@ int main(void) {
       loss_case(m, 65536, 256, 1, MOEGEN_DTYPE_FP32, MOEGEN_COUNT_INT32); /* every block busy */
       loss_graph_case(m, 4099, 256);
       loss_arg_checks(m);
+      empty_case(m);
       printf("%s aux loss (all dtypes, graph replay with device N)\n",
              failures == before ? "ok  " : "FAIL");
     }

@@ -224,6 +224,8 @@ static void case_args(void) {
   }
   a.max_rows = 0;
   bad += moegen_gemm_fwd(m, &a, NULL) != MOEGEN_OK; /* no-op */
+  for (moegen_gemm_id g = MOEGEN_GEMM1; g <= MOEGEN_GEMM2; g++) /* no rows, every pointer NULL */
+    bad += moegen_gemm_fwd(m, &(moegen_gemm_fwd_args){.which = g}, NULL) != MOEGEN_OK;
   printf("  %s argument checks\n", bad ? "FAIL" : "ok  ");
   failures += bad != 0;
   gpu_free(dc);

@@ -444,6 +444,15 @@ static void case_args(void) {
   }
   d.max_rows = 0;
   bad += moegen_gemm_dgrad(m, &d, NULL) != MOEGEN_OK; /* no-op */
+  for (moegen_gemm_id g = MOEGEN_GEMM1; g <= MOEGEN_GEMM2; g++) { /* no rows, NULL pointers */
+    bad += moegen_gemm_dgrad(m, &(moegen_gemm_dgrad_args){.which = g}, NULL) != MOEGEN_OK;
+    bad += moegen_gemm_wgrad(m, &(moegen_gemm_wgrad_args){.which = g, .accumulate = 1}, NULL) !=
+           MOEGEN_OK;
+    bad += moegen_gemm_wgrad(m, &(moegen_gemm_wgrad_args){.which = g}, NULL) !=
+           MOEGEN_ERR_INVALID_ARGUMENT; /* dw is written: required */
+  }
+  bad += moegen_gemm1_fwd_glu(m, &(moegen_gemm_glu_args){0}, NULL) != MOEGEN_OK;
+  bad += moegen_gemm2_dgrad_glu(m, &(moegen_gemm_dglu_args){0}, NULL) != MOEGEN_OK;
   moegen_gemm_wgrad_args w = {.which = MOEGEN_GEMM2, .max_rows = 8, .dy = buf, .x = buf, .dw = buf,
                               .accumulate = 2, .counts = dc};
   bad += moegen_gemm_wgrad(m, &w, NULL) != MOEGEN_ERR_INVALID_ARGUMENT;
@@ -456,25 +465,30 @@ static void case_args(void) {
   printf("  %s argument checks\n", bad ? "FAIL" : "ok  ");
   failures += bad != 0;
 
-  /* max_rows = 0: dw_e = 0 and db_e = 0 for every expert. */
+  /* max_rows = 0: dw_e = 0 and db_e = 0 for every expert, with the inputs
+   * given and with them NULL (empty tensors). */
   const int32_t zeros[4] = {0, 0, 0, 0};
   gpu_put(dc, zeros, sizeof zeros);
   size_t ws = (size_t)E * H * F, bs = (size_t)E * H;
   void *dw = gpu_alloc(2 * ws);
   float *db = gpu_alloc(4 * bs);
-  gpu_poison(dw, 2 * ws);
-  gpu_poison(db, 4 * bs);
-  w = (moegen_gemm_wgrad_args){.which = MOEGEN_GEMM2, .max_rows = 0, .dy = buf, .x = buf, .dw = dw,
-                               .db = db, .counts = dc};
-  int zbad = moegen_gemm_wgrad(m, &w, NULL) != MOEGEN_OK;
-  CU(gpu_drv->cuCtxSynchronize());
   uint16_t *g16 = malloc(2 * ws);
   float *g32 = malloc(4 * bs);
-  gpu_get(g16, dw, 2 * ws);
-  gpu_get(g32, db, 4 * bs);
-  for (size_t i = 0; i < ws; i++) zbad += g16[i] != 0;
-  for (size_t i = 0; i < bs; i++) zbad += g32[i] != 0;
-  printf("  %s wgrad max_rows = 0 writes zeros\n", zbad ? "FAIL" : "ok  ");
+  int zbad = 0;
+  for (int null_inputs = 0; null_inputs <= 1; null_inputs++) {
+    gpu_poison(dw, 2 * ws);
+    gpu_poison(db, 4 * bs);
+    w = (moegen_gemm_wgrad_args){.which = MOEGEN_GEMM2, .max_rows = 0, .dy = buf, .x = buf,
+                                 .dw = dw, .db = db, .counts = dc};
+    if (null_inputs) w.dy = w.x = NULL, w.counts = NULL;
+    zbad += moegen_gemm_wgrad(m, &w, NULL) != MOEGEN_OK;
+    CU(gpu_drv->cuCtxSynchronize());
+    gpu_get(g16, dw, 2 * ws);
+    gpu_get(g32, db, 4 * bs);
+    for (size_t i = 0; i < ws; i++) zbad += g16[i] != 0;
+    for (size_t i = 0; i < bs; i++) zbad += g32[i] != 0;
+  }
+  printf("  %s wgrad max_rows = 0 writes zeros (inputs given, inputs NULL)\n", zbad ? "FAIL" : "ok  ");
   failures += zbad != 0;
   free(g16);
   free(g32);

@@ -273,6 +273,48 @@ static void case_args(moegen_module *m, const model *md) {
   printf("ok   argument checks\n");
 }
 
+/* T = 0 with NULL data pointers, saved and workspace: the forward does
+ * nothing; the backward zeroes the bf16 weight grads (accumulate = 0) or
+ * leaves fp32 main_grad as it is (accumulate = 1). */
+static void case_empty(moegen_module *m) {
+  moegen_layer_shape sh;
+  CHECK(moegen_layer_shape_of(moegen_module_image(m), 4, &sh) == MOEGEN_OK, "layer_shape_of");
+  const size_t n1 = (size_t)(sh.w1[0] * sh.w1[1] * sh.w1[2]), n2 = (size_t)(sh.w2[0] * sh.w2[1] * sh.w2[2]);
+  void *dw1 = gpu_alloc(4 * n1), *dw2 = gpu_alloc(4 * n2); /* room for fp32 */
+  float *h1 = malloc(4 * n1), *h2 = malloc(4 * n2);
+  moegen_status sf = moegen_layer_fwd(m, &(moegen_layer_fwd_args){.max_tokens = 4}, NULL);
+  gpu_poison(dw1, 4 * n1);
+  gpu_poison(dw2, 4 * n2);
+  moegen_status s0 =
+      moegen_layer_bwd(m, &(moegen_layer_bwd_args){.max_tokens = 4, .dw1 = dw1, .dw2 = dw2}, NULL);
+  CU(gpu_drv->cuCtxSynchronize());
+  gpu_get(h1, dw1, 2 * n1);
+  gpu_get(h2, dw2, 2 * n2);
+  int bad = 0;
+  for (size_t i = 0; i < n1 / 2; i++) bad += h1[i] != 0; /* bf16 pairs as 32-bit words */
+  for (size_t i = 0; i < n2 / 2; i++) bad += h2[i] != 0;
+  for (size_t i = 0; i < n1; i++) h1[i] = 1.5f;
+  for (size_t i = 0; i < n2; i++) h2[i] = -2.f;
+  gpu_put(dw1, h1, 4 * n1);
+  gpu_put(dw2, h2, 4 * n2);
+  moegen_status s1 = moegen_layer_bwd(
+      m, &(moegen_layer_bwd_args){.max_tokens = 4, .dw1 = dw1, .dw2 = dw2, .accumulate = 1}, NULL);
+  CU(gpu_drv->cuCtxSynchronize());
+  gpu_get(h1, dw1, 4 * n1);
+  gpu_get(h2, dw2, 4 * n2);
+  for (size_t i = 0; i < n1; i++) bad += h1[i] != 1.5f;
+  for (size_t i = 0; i < n2; i++) bad += h2[i] != -2.f;
+  gpu_free(dw1);
+  gpu_free(dw2);
+  free(h1);
+  free(h2);
+  CHECK(sf == MOEGEN_OK && s0 == MOEGEN_OK && s1 == MOEGEN_OK, "T = 0, NULL pointers: %s %s %s: %s",
+        moegen_status_string(sf), moegen_status_string(s0), moegen_status_string(s1),
+        moegen_module_last_error(m));
+  CHECK(bad == 0, "T = 0: %d weight-grad words wrong (want zeros, or main_grad kept)", bad);
+  printf("ok   T = 0 with NULL pointers\n");
+}
+
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
@@ -285,6 +327,7 @@ int main(void) {
     if (i == 0) {
       case_graph(m, &models[i], 45);
       case_args(m, &models[i]);
+      case_empty(m);
     }
     moegen_module_destroy(m);
   }

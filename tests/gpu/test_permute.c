@@ -540,6 +540,71 @@ static const spec specs[] = {
     {256, 2, 8, MOEGEN_DTYPE_BF16},
 };
 
+/* 1 if the n bytes at device pointer d are all 0 (n = 0: trivially). */
+static int device_zero(const void *d, size_t n) {
+  unsigned char *h = malloc(n ? n : 1);
+  gpu_get(h, d, n);
+  size_t i = 0;
+  while (i < n && h[i] == 0) i++;
+  free(h);
+  return i == n;
+}
+
+/* T = 0 with NULL data pointers: permute_fwd still writes zero offsets,
+ * counts, num_dropped and its R = E*(align-1) zero pad rows and probs;
+ * unpermute_bwd zeroes grad_rows' R rows; the combines, permute_bwd and a
+ * sort of 0 rows do nothing. */
+static void empty_case(moegen_module *m, int align) {
+  const moegen_permute_plan *p = &moegen_module_image(m)->permute;
+  moegen_permute_shape sh;
+  CHECK(moegen_permute_shape_of(moegen_module_image(m), 0, align, 0, &sh) == MOEGEN_OK,
+        "permute_shape_of(T = 0)");
+  const int64_t R = sh.rows[0];
+  const size_t rbytes = (size_t)R * (size_t)p->hidden * 2, ibytes = 4 * ((size_t)p->experts + 1);
+  int32_t *offsets = gpu_alloc(ibytes), *counts = gpu_alloc(ibytes), *dropped = gpu_alloc(4);
+  void *ws = gpu_alloc(sh.workspace_bytes), *rows = R ? gpu_alloc(rbytes) : NULL;
+  void *grows = R ? gpu_alloc(rbytes) : NULL;
+  float *pprobs = R ? gpu_alloc(4 * (size_t)R) : NULL;
+  gpu_poison(offsets, ibytes);
+  gpu_poison(counts, ibytes);
+  gpu_poison(dropped, 4);
+  if (R) {
+    gpu_poison(rows, rbytes);
+    gpu_poison(grows, rbytes);
+    gpu_poison(pprobs, 4 * (size_t)R);
+  }
+  moegen_permute_args pa = {.dtype = MOEGEN_DTYPE_BF16, .align = align, .rows = rows,
+                            .permuted_probs = pprobs, .offsets = offsets, .counts = counts,
+                            .num_dropped = dropped, .workspace = ws,
+                            .workspace_bytes = sh.workspace_bytes};
+  moegen_status st[6];
+  st[0] = moegen_permute_fwd(m, &pa, NULL);
+  moegen_unpermute_bwd_args ub = {.num_rows = R, .dtype = MOEGEN_DTYPE_BF16, .offsets = offsets,
+                                  .counts = counts, .grad_rows = grows};
+  st[1] = moegen_unpermute_bwd(m, &ub, NULL);
+  st[2] = moegen_unpermute_fwd(m, &(moegen_unpermute_args){.dtype = MOEGEN_DTYPE_BF16}, NULL);
+  st[3] = moegen_permute_bwd(m, &(moegen_permute_bwd_args){.dtype = MOEGEN_DTYPE_BF16}, NULL);
+  st[4] = moegen_sort_chunks(
+      m, &(moegen_sort_chunks_args){.dtype = MOEGEN_DTYPE_BF16, .num_chunks = 2}, NULL);
+  st[5] = moegen_unpermute_bwd(m, &(moegen_unpermute_bwd_args){.dtype = MOEGEN_DTYPE_BF16}, NULL);
+  CU(gpu_drv->cuCtxSynchronize());
+  int zero = device_zero(offsets, ibytes) && device_zero(counts, ibytes - 4) &&
+             device_zero(dropped, 4) && device_zero(rows, rbytes) &&
+             device_zero(pprobs, 4 * (size_t)R) && device_zero(grows, rbytes);
+  gpu_free(offsets);
+  gpu_free(counts);
+  gpu_free(dropped);
+  gpu_free(ws);
+  gpu_free(rows);
+  gpu_free(grows);
+  gpu_free(pprobs);
+  for (int i = 0; i < 6; i++)
+    CHECK(st[i] == MOEGEN_OK, "T = 0 (align %d), NULL pointers, op %d: %s: %s", align, i,
+          moegen_status_string(st[i]), moegen_module_last_error(m));
+  CHECK(zero, "T = 0 (align %d): offsets, counts, num_dropped, pad rows or grad_rows not zero",
+        align);
+}
+
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
@@ -581,6 +646,8 @@ int main(void) {
       graph_case(m, s->E, s->K, s->H, s->dt, big / 2 + 3);
     }
     if (i == 0) arg_checks(m, s->E, s->K, s->H);
+    empty_case(m, 1);
+    empty_case(m, 16);
     printf("%s %s\n", failures == before ? "ok  " : "FAIL", what);
     moegen_module_destroy(m);
   }

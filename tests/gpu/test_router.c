@@ -245,6 +245,27 @@ static moegen_status module_for(const spec *s, moegen_module **m, moegen_error *
 }
 #endif
 
+/* T = 0 with NULL data pointers: OK, expert_counts zeroed; without it a no-op. */
+static void empty_case(moegen_module *m) {
+  const moegen_router_plan *p = &moegen_module_image(m)->router;
+  const size_t bytes = 4 * (size_t)p->experts;
+  int32_t *counts = gpu_alloc(bytes), *host = malloc(bytes);
+  gpu_poison(counts, bytes);
+  moegen_router_fwd_args a = {.expert_counts = counts, .qb_bins = p->qb ? 8 : 0};
+  moegen_status st = moegen_router_fwd(m, &a, NULL);
+  CU(gpu_drv->cuCtxSynchronize());
+  gpu_get(host, counts, bytes);
+  int nonzero = 0;
+  for (int e = 0; e < p->experts; e++) nonzero += host[e] != 0;
+  a.expert_counts = NULL;
+  moegen_status st0 = moegen_router_fwd(m, &a, NULL);
+  gpu_free(counts);
+  free(host);
+  CHECK(st == MOEGEN_OK && st0 == MOEGEN_OK, "T = 0, NULL pointers: %s / %s: %s",
+        moegen_status_string(st), moegen_status_string(st0), moegen_module_last_error(m));
+  CHECK(nonzero == 0, "T = 0: %d expert_counts not zeroed", nonzero);
+}
+
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
@@ -259,6 +280,7 @@ int main(void) {
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
       for (int ties = 0; ties < 3; ties++) run_case(m, s, tokens[t], ties, 0);
     run_case(m, s, 1000, 0, 1); /* counts only */
+    empty_case(m);
     if (s->qb) {
       qb_case(m, s, 777, 33, 0);
       qb_case(m, s, 100, 1, 1); /* ties at the cutoff */

@@ -237,6 +237,13 @@ static const spec specs[] = {
     {"sigmoid E=8 K=8 x2 fp32", 8, 8, 0, 0, 0, 0, MOEGEN_SCORE_SIGMOID, 2.0, MOEGEN_DTYPE_FP32, 0},
 };
 
+/* T = 0 with every pointer NULL: a no-op. */
+static void empty_case(moegen_module *m) {
+  moegen_status st = moegen_router_bwd(m, &(moegen_router_bwd_args){0}, NULL);
+  CHECK(st == MOEGEN_OK, "T = 0, NULL pointers: %s: %s", moegen_status_string(st),
+        moegen_module_last_error(m));
+}
+
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
@@ -251,6 +258,7 @@ int main(void) {
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
       for (int ties = 0; ties < 2; ties++) run_case(m, s, tokens[t], ties);
     if (i == 0) arg_checks(m, s);
+    empty_case(m);
     printf("%s %s\n", failures == before ? "ok  " : "FAIL", s->what);
     moegen_module_destroy(m);
   }

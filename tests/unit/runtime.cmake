@@ -3,7 +3,9 @@
 moegen_add_test(test_runtime_sha256 SOURCES unit/test_runtime_sha256.c LABELS unit)
 # Compiles a tiny kernel for sm_90a and sm_80 (exit 77 only without libnvrtc.so.13).
 moegen_add_test(test_runtime_nvrtc SOURCES unit/test_runtime_nvrtc.c LABELS unit)
-# Cold compile, hit, corruption, MOEGEN_CACHE=0, unusable directory; prints timings.
+# Cold compile, hit, corruption, MOEGEN_CACHE=0, unusable directory; the compile lock
+# (4 forked processes and 4 threads on one empty cache compile once; a killed or
+# hung holder; an unopenable lock file); prints timings.
 moegen_add_test(test_runtime_cache SOURCES unit/test_runtime_cache.c LABELS unit)
 # One process per mode: the driver result is cached per process.
 moegen_add_test(test_runtime_nodriver_missing SOURCES unit/test_runtime_nodriver.c

@@ -56,11 +56,11 @@ static void jit_hits(const moegen_config *c) {
     unsigned char *cubin;
     size_t size;
     char *log;
-    int hit = 0;
+    moegen_cache_outcome outcome = MOEGEN_CACHE_UNSTORED;
     moegen_status st = moegen_unit_compile(img->source, img->source_size, img->name, img->arch,
-                                           (moegen_unit)u, &cubin, &size, &log, &hit);
-    CHECK(st == MOEGEN_OK && hit, "moegen_jit's %s unit: %s, hit %d", moegen_unit_name((moegen_unit)u),
-          moegen_status_string(st), hit);
+                                           (moegen_unit)u, &cubin, &size, &log, &outcome);
+    CHECK(st == MOEGEN_OK && outcome == MOEGEN_CACHE_HIT, "moegen_jit's %s unit: %s, outcome %d",
+          moegen_unit_name((moegen_unit)u), moegen_status_string(st), (int)outcome);
     free(cubin);
     free(log);
   }
@@ -82,7 +82,14 @@ static void corrupt_entry(const char *dir, const moegen_config *c) {
         moegen_status_string(st), compiled, err.msg);
 }
 
-/* The errors: no arch, a cache directory that is a file, MOEGEN_CACHE=0,
+/* Counts the lines the runtime logs. */
+static void count_line(const char *line, void *user) {
+  (void)line;
+  ++*(int *)user;
+}
+
+/* The errors: no arch, a cache directory that is a file (one compile and
+ * one progress line before the error, not a second compile), MOEGEN_CACHE=0,
  * no directory at all, an invalid config. dir: the test's cache. */
 static void errors(const char *dir, moegen_config c) {
   moegen_error err = {0};
@@ -95,9 +102,14 @@ static void errors(const char *dir, moegen_config c) {
   FILE *f = fopen(file, "w");
   if (f) fclose(f);
   setenv("MOEGEN_CACHE_DIR", file, 1);
+  int lines = 0;
+  moegen_set_log(count_line, &lines);
   st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
+  moegen_set_log(NULL, NULL);
   CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && err.code == EX_CANTCREAT && strstr(err.msg, "not stored"),
         "unusable directory: %s: %s", moegen_status_string(st), err.msg);
+  CHECK(lines == 1 && compiled == 0, "unusable directory: %d progress lines (want 1), %d compiled",
+        lines, compiled);
 
   setenv("MOEGEN_CACHE", "0", 1);
   st = moegen_jit_warm(&c, "sm_80", &compiled, &err);

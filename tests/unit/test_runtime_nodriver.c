@@ -6,6 +6,12 @@
  *   test_runtime_nodriver default  the real loader path (asserts NO_DRIVER
  *                                  only if libcuda.so.1 is absent)
  *
+ * Both also call every op at T = 0 (0 rows) with NULL data pointers on a
+ * driverless module holding every kernel: what needs no GPU work returns
+ * MOEGEN_OK, what must still write reaches the driver (the create failure:
+ * its argument checks passed), a missing output that is written at T = 0
+ * is INVALID_ARGUMENT. (The writes themselves: the GPU tests.)
+ *
  * Each mode runs as its own process: the driver result is cached per process.
  */
 #include <dlfcn.h>
@@ -153,14 +159,126 @@ static void gemm_shapes(void) {
         "gemm_fwd shape without GEMM kernels (no gemm unit)");
 }
 
+/* An image that holds every kernel (plans just big enough for the checks;
+ * no cubin is read without a driver). */
+static moegen_image full_image(void) {
+  moegen_image img = test_image();
+  img.units = (1u << MOEGEN_UNIT_COUNT) - 1;
+  img.router_bwd = (moegen_router_bwd_plan){.experts = 8, .topk = 2, .threads = 128,
+                                            .tokens_per_block = 4};
+  img.aux = (moegen_aux_plan){.experts = 8, .topk = 2, .threads = 128, .tokens_per_block = 4,
+                              .loss_threads = 256, .loss_unroll = 4, .loss_max_blocks = 64};
+  const moegen_gemm_kernel_plan g1 = {.n = 512, .k = 256, .bm = 128, .bn = 128, .bk = 64,
+                                      .threads = 256};
+  const moegen_gemm_kernel_plan g2 = {.n = 256, .k = 256, .bm = 128, .bn = 128, .bk = 64,
+                                      .threads = 256};
+  img.gemm = (moegen_gemm_plan){.experts = 8, .portable = 1, .gemm1 = g1, .gemm2 = g2,
+                                .gemm1_glu = g1, .gemm1_dgrad = g1, .gemm2_dgrad = g2,
+                                .gemm1_wgrad = g1, .gemm2_wgrad = g2};
+  img.permute = (moegen_permute_plan){.experts = 8, .topk = 2, .hidden = 256, .tile_tokens = 128,
+                                      .copy_threads = 256, .copy_group = 8,
+                                      .gather_threads = 256, .gather_group = 8, .zero_chunk = 16,
+                                      .max_chunks = 64};
+  return img;
+}
+
+/* Checks one op's status at T = 0; on INVALID_ARGUMENT also that the last
+ * error names `says`. */
+#define EMPTY(call, want, says)                                                             \
+  do {                                                                                      \
+    moegen_status st_ = (call);                                                             \
+    CHECK(st_ == (want), "%s: %s (%s)", #call, moegen_status_string(st_),                   \
+          moegen_module_last_error(m));                                                     \
+    if ((want) == MOEGEN_ERR_INVALID_ARGUMENT)                                              \
+      CHECK(strstr(moegen_module_last_error(m), says), "%s: '%s' should say '%s'", #call,   \
+            moegen_module_last_error(m), says);                                             \
+  } while (0)
+
+/* Every op at T = 0 with NULL data pointers (see the top of this file);
+ * `driver`: the create failure of a driverless module. */
+static void empty_batch(moegen_status driver) {
+  moegen_image img = full_image();
+  moegen_module *m = NULL;
+  moegen_module_create(&img, &m);
+  CHECK(m != NULL, "create");
+  if (!m) return;
+  void *buf = (void *)(uintptr_t)0x100000; /* a device pointer that is never dereferenced */
+  const moegen_status OK = MOEGEN_OK, BAD = MOEGEN_ERR_INVALID_ARGUMENT;
+
+  EMPTY(moegen_router_fwd(m, &(moegen_router_fwd_args){0}, NULL), OK, "");
+  EMPTY(moegen_router_fwd(m, &(moegen_router_fwd_args){.expert_counts = buf}, NULL), driver, "");
+  EMPTY(moegen_router_bwd(m, &(moegen_router_bwd_args){0}, NULL), OK, "");
+  EMPTY(moegen_aux_scores_fwd(m, &(moegen_aux_scores_fwd_args){0}, NULL), OK, "");
+  EMPTY(moegen_aux_scores_bwd(m, &(moegen_aux_scores_bwd_args){0}, NULL), OK, "");
+  moegen_aux_loss_shape ls;
+  CHECK(moegen_aux_loss_shape_of(&img, 0, 8, &ls) == OK, "aux loss shape");
+  moegen_aux_loss_fwd_args lf = {.cols = 8, .total_num_tokens = 1, .num_experts = 8, .topk = 2,
+                                 .aux_loss = buf, .workspace = buf,
+                                 .workspace_bytes = ls.workspace_bytes};
+  EMPTY(moegen_aux_loss_fwd(m, &lf, NULL), driver, "");
+  lf.aux_loss = NULL;
+  EMPTY(moegen_aux_loss_fwd(m, &lf, NULL), BAD, "aux_loss is NULL");
+  EMPTY(moegen_aux_loss_bwd(m, &(moegen_aux_loss_bwd_args){.cols = 8}, NULL), OK, "");
+
+  for (moegen_gemm_id g = MOEGEN_GEMM1; g <= MOEGEN_GEMM2; g++) {
+    EMPTY(moegen_gemm_fwd(m, &(moegen_gemm_fwd_args){.which = g}, NULL), OK, "");
+    EMPTY(moegen_gemm_dgrad(m, &(moegen_gemm_dgrad_args){.which = g}, NULL), OK, "");
+    EMPTY(moegen_gemm_wgrad(m, &(moegen_gemm_wgrad_args){.which = g, .accumulate = 1}, NULL), OK,
+          "");
+    EMPTY(moegen_gemm_wgrad(m, &(moegen_gemm_wgrad_args){.which = g, .dw = buf, .db = buf}, NULL),
+          driver, "");
+    EMPTY(moegen_gemm_wgrad(m, &(moegen_gemm_wgrad_args){.which = g}, NULL), BAD, "dw is NULL");
+  }
+  EMPTY(moegen_gemm_fwd(m, &(moegen_gemm_fwd_args){.which = 2, .max_rows = 1, .x = buf, .w = buf,
+                                                   .y = buf}, NULL),
+        BAD, "neither given");
+  EMPTY(moegen_gemm1_fwd_glu(m, &(moegen_gemm_glu_args){0}, NULL), OK, "");
+  EMPTY(moegen_gemm2_dgrad_glu(m, &(moegen_gemm_dglu_args){0}, NULL), OK, "");
+
+  moegen_permute_shape ps;
+  CHECK(moegen_permute_shape_of(&img, 0, 1, 0, &ps) == OK, "permute shape");
+  moegen_permute_args pf = {.dtype = MOEGEN_DTYPE_BF16, .align = 1, .offsets = buf, .counts = buf,
+                            .workspace = buf, .workspace_bytes = ps.workspace_bytes};
+  EMPTY(moegen_permute_fwd(m, &pf, NULL), driver, "");
+  pf.align = 16; /* R = E * 15 pad rows, zeroed */
+  pf.rows = pf.permuted_probs = buf;
+  EMPTY(moegen_permute_fwd(m, &pf, NULL), driver, "");
+  pf.offsets = NULL;
+  EMPTY(moegen_permute_fwd(m, &pf, NULL), BAD, "offsets and counts are required");
+  EMPTY(moegen_unpermute_fwd(m, &(moegen_unpermute_args){.dtype = MOEGEN_DTYPE_BF16}, NULL), OK, "");
+  EMPTY(moegen_permute_bwd(m, &(moegen_permute_bwd_args){.dtype = MOEGEN_DTYPE_BF16}, NULL), OK, "");
+  moegen_unpermute_bwd_args ub = {.dtype = MOEGEN_DTYPE_BF16};
+  EMPTY(moegen_unpermute_bwd(m, &ub, NULL), OK, "");
+  ub.num_rows = 8 * 15;
+  ub.offsets = ub.counts = buf;
+  ub.grad_rows = buf;
+  EMPTY(moegen_unpermute_bwd(m, &ub, NULL), driver, "");
+  ub.grad_rows = NULL;
+  EMPTY(moegen_unpermute_bwd(m, &ub, NULL), BAD, "grad_rows are required");
+  EMPTY(moegen_sort_chunks(m, &(moegen_sort_chunks_args){.dtype = MOEGEN_DTYPE_BF16, .num_chunks = 3},
+                           NULL),
+        OK, "");
+
+  EMPTY(moegen_layer_fwd(m, &(moegen_layer_fwd_args){.max_tokens = 16}, NULL), OK, "");
+  EMPTY(moegen_layer_bwd(m, &(moegen_layer_bwd_args){.max_tokens = 16, .accumulate = 1}, NULL), OK,
+        "");
+  EMPTY(moegen_layer_bwd(m, &(moegen_layer_bwd_args){.max_tokens = 16, .dw1 = buf, .dw2 = buf},
+                         NULL),
+        driver, "");
+  EMPTY(moegen_layer_bwd(m, &(moegen_layer_bwd_args){.max_tokens = 16}, NULL), BAD,
+        "dw1 and dw2 are written");
+  moegen_module_destroy(m);
+}
+
 /* A JIT compile without NVRTC: MOEGEN_ERR_NO_NVRTC naming the library. */
 static void no_nvrtc_compile(void) {
   unsigned char *cubin;
   size_t size;
   char *log;
-  int hit, major, minor;
+  moegen_cache_outcome outcome;
+  int major, minor;
   CHECK(moegen_nvrtc_version(&major, &minor) == MOEGEN_ERR_NO_NVRTC, "nvrtc version");
-  moegen_status st = moegen_cache_compile("", 0, "x", "sm_90a", &cubin, &size, &log, &hit);
+  moegen_status st = moegen_cache_compile("", 0, "x", "sm_90a", &cubin, &size, &log, &outcome);
   CHECK(st == MOEGEN_ERR_NO_NVRTC && log && strstr(log, FAKE_LIBNVRTC), "cache_compile: %s %s",
         moegen_status_string(st), log ? log : "");
   free(log);
@@ -177,6 +295,7 @@ int main(int argc, char **argv) {
     driver_result(MOEGEN_ERR_NO_DRIVER, FAKE_LIBCUDA);
     module_without_driver(MOEGEN_ERR_NO_DRIVER, FAKE_LIBCUDA);
     owned_image(MOEGEN_ERR_NO_DRIVER);
+    empty_batch(MOEGEN_ERR_NO_DRIVER);
     no_nvrtc_compile();
   } else {
     unsetenv("MOEGEN_LIBCUDA");
@@ -188,6 +307,7 @@ int main(int argc, char **argv) {
       driver_result(MOEGEN_ERR_NO_DRIVER, "libcuda.so.1");
       module_without_driver(MOEGEN_ERR_NO_DRIVER, "libcuda.so.1");
       owned_image(MOEGEN_ERR_NO_DRIVER);
+      empty_batch(MOEGEN_ERR_NO_DRIVER);
     }
   }
   return check_result("test_runtime_nodriver");
