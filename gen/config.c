@@ -9,6 +9,7 @@
  * `math` (without random), under a memory cap and an instruction cap.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,8 +21,9 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "read_file.h"
+#include "float_literal.h"
 #include "moegen/config.h"
+#include "read_file.h"
 
 #define ORIGIN_DEFAULT "<default>"
 #define ORIGIN_COMMAND_LINE "<command line>"
@@ -54,7 +56,8 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
     KEY(MOEGEN_F_GROUP_TOPK, KT_INT, group_topk, "groups kept per token; 0 when groups = 0"),
     KEY(MOEGEN_F_EXPERT_BIAS, KT_BOOL, expert_bias,
         "fp32 [E] bias added to the scores for selection (sigmoid/sqrtsoftplus only)"),
-    KEY(MOEGEN_F_SCALING, KT_NUM, scaling, "routed scaling factor on the probs, finite, > 0"),
+    KEY(MOEGEN_F_SCALING, KT_NUM, scaling, "routed scaling factor on the probs; the kernels use it as a float, so it must "
+        "round to a normal one (1.17549435e-38 to 3.40282347e+38)"),
     KEY(MOEGEN_F_LOGITS_DTYPE, KT_DTYPE, logits_dtype, "router logits and probs dtype"),
     KEY(MOEGEN_F_DTYPE, KT_DTYPE, dtype, "activations and weights dtype; bf16 or fp16 only"),
     KEY(MOEGEN_F_SHARED_EXPERTS, KT_INT, shared_experts,
@@ -636,6 +639,12 @@ static int check_numbers(const moegen_config *c, moegen_error *err) {
                   "must be > 0, got %g (on 0, TE multiplies the probs by 0 while its reference "
                   "does not scale at all; use 1 for no scaling)",
                   c->scaling);
+  float kernel_scaling;
+  if (!moegen_float_of(c->scaling, &kernel_scaling))
+    return reject(err, EX_CONFIG, c, MOEGEN_F_SCALING,
+                  "must round to a normal float (%.9g to %.9g; the kernels compute in float), "
+                  "got %g",
+                  FLT_MIN, FLT_MAX, c->scaling);
   if (c->shared_experts < 0)
     return reject(err, EX_CONFIG, c, MOEGEN_F_SHARED_EXPERTS, "must be >= 0, got %d",
                   c->shared_experts);

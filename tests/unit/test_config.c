@@ -428,6 +428,12 @@ static const bad_case bad_cases[] = {
     {"scaling = -1.5,\n", EX_CONFIG, "8: scaling: must be > 0, got -1.5"},
     {"scaling = 1/0,\n", EX_CONFIG, "8: scaling: must be finite, got inf"},
     {"scaling = 0/0,\n", EX_CONFIG, "8: scaling: must be finite"},
+    {"scaling = 1e39,\n", EX_CONFIG,
+     "8: scaling: must round to a normal float (1.17549435e-38 to 3.40282347e+38; the kernels "
+     "compute in float), got 1e+39"},
+    {"scaling = 1e-50,\n", EX_CONFIG, "8: scaling: must round to a normal float"},
+    {"scaling = 1e-320,\n", EX_CONFIG, "8: scaling: must round to a normal float"},
+    {"scaling = 1e-39,\n", EX_CONFIG, "8: scaling: must round to a normal float"},
     {"dtype = \"fp32\",\n", EX_CONFIG, "8: dtype: must be \"bf16\" or \"fp16\", got \"fp32\""},
     {"shared_experts = -1,\n", EX_CONFIG, "8: shared_experts: must be >= 0, got -1"},
     {"aux_loss_coeff = -0.5,\n", EX_CONFIG, "8: aux_loss_coeff: must be finite and >= 0"},
