@@ -44,7 +44,7 @@ typedef struct key_desc {
 
 #define KEY(f, t, member, help) [f] = {#member, t, offsetof(moegen_config, member), help}
 static const key_desc keys[MOEGEN_F_COUNT] = {
-    KEY(MOEGEN_F_NAME, KT_STR, name, "model name, informational (at most 63 characters)"),
+    KEY(MOEGEN_F_NAME, KT_STR, name, "model name, informational: UTF-8, at most 63 bytes, no control characters"),
     KEY(MOEGEN_F_EXPERTS, KT_INT, experts, "E, routed experts (1..2048)"),
     KEY(MOEGEN_F_TOPK, KT_INT, topk, "K, experts per token (1..min(E, 32))"),
     KEY(MOEGEN_F_HIDDEN, KT_INT, hidden, "H, hidden size (model dim), > 0"),
@@ -177,12 +177,57 @@ static void describe(const value *v, char *buf, size_t size) {
   }
 }
 
-/* Reason a name is not acceptable, or NULL. */
-static const char *name_problem(const char *s, size_t len) {
-  if (len >= sizeof((moegen_config *)0)->name) return "longer than 63 characters";
-  for (size_t i = 0; i < len; i++)
-    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return "contains a control character";
-  return NULL;
+/* Offset of the first byte of s[0..len) that does not start a valid UTF-8
+ * sequence (overlong forms, surrogates and code points above U+10FFFF are
+ * not valid), or len when all of it is UTF-8. */
+static size_t utf8_error_offset(const unsigned char *s, size_t len) {
+  size_t i = 0;
+  while (i < len) {
+    unsigned cp = s[i], min;
+    size_t n;
+    if (cp < 0x80) {
+      i++;
+      continue;
+    } else if ((cp & 0xe0) == 0xc0) {
+      n = 2, cp &= 0x1f, min = 0x80;
+    } else if ((cp & 0xf0) == 0xe0) {
+      n = 3, cp &= 0x0f, min = 0x800;
+    } else if ((cp & 0xf8) == 0xf0) {
+      n = 4, cp &= 0x07, min = 0x10000;
+    } else {
+      return i;
+    }
+    if (len - i < n) return i;
+    for (size_t k = 1; k < n; k++) {
+      if ((s[i + k] & 0xc0) != 0x80) return i;
+      cp = cp << 6 | (s[i + k] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+    i += n;
+  }
+  return len;
+}
+
+/* Why the len bytes at s cannot be a config name, into why (n bytes), as a
+ * sysexits code; 0 if they can. EX_DATAERR: not UTF-8 (the name goes into
+ * NAME.json; the message does not echo the bad bytes). EX_CONFIG: longer
+ * than 63 bytes, or a control character (the message shows at most 40
+ * bytes, whole characters). */
+static int name_problem(const char *s, size_t len, char *why, size_t n) {
+  size_t bad = utf8_error_offset((const unsigned char *)s, len);
+  if (bad < len) {
+    snprintf(why, n, "not valid UTF-8 (byte 0x%02x at offset %zu)", (unsigned char)s[bad], bad);
+    return EX_DATAERR;
+  }
+  size_t shown = len > 40 ? 40 : len; /* whole characters only */
+  while (shown < len && shown > 0 && ((unsigned char)s[shown] & 0xc0) == 0x80) shown--;
+  const char *problem = NULL;
+  if (len >= sizeof((moegen_config *)0)->name) problem = "longer than 63 characters";
+  for (size_t i = 0; !problem && i < len; i++)
+    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) problem = "contains a control character";
+  if (!problem) return 0;
+  snprintf(why, n, "\"%.*s%s\": %s", (int)shown, s, shown < len ? "..." : "", problem);
+  return EX_CONFIG;
 }
 
 /* Index of the `len` bytes at s in names[n], or -1. */
@@ -213,8 +258,7 @@ static const char *const expected_text[] = {
 static int convert(moegen_config *c, moegen_field f, const value *v, char *why, size_t n) {
   char *p = (char *)c + keys[f].offset;
   char got[64];
-  const char *problem = NULL;
-  int i = -1;
+  int i = -1, code;
   describe(v, got, sizeof got);
   switch (keys[f].type) {
   case KT_INT:
@@ -230,13 +274,10 @@ static int convert(moegen_config *c, moegen_field f, const value *v, char *why, 
     return 0;
   case KT_STR:
     if (v->kind != V_STRING) break;
-    if (!(problem = name_problem(v->s, v->len))) {
-      memcpy(p, v->s, v->len);
-      p[v->len] = 0;
-      return 0;
-    }
-    snprintf(why, n, "%s is %s", got, problem);
-    return EX_CONFIG;
+    if ((code = name_problem(v->s, v->len, why, n)) != 0) return code;
+    memcpy(p, v->s, v->len);
+    p[v->len] = 0;
+    return 0;
   case KT_SCORE:
   case KT_DTYPE:
     if (v->kind != V_STRING) break;
@@ -547,8 +588,9 @@ static int check_name(const moegen_config *c, moegen_error *err) {
   size_t len = strnlen(c->name, sizeof c->name);
   if (len == sizeof c->name)
     return reject(err, EX_DATAERR, c, MOEGEN_F_NAME, "not NUL-terminated");
-  const char *why = name_problem(c->name, len);
-  return why ? reject(err, EX_CONFIG, c, MOEGEN_F_NAME, "\"%s\" is %s", c->name, why) : 0;
+  char why[128];
+  int code = name_problem(c->name, len, why, sizeof why);
+  return code ? reject(err, code, c, MOEGEN_F_NAME, "%s", why) : 0;
 }
 
 static int check_sizes(const moegen_config *c, moegen_error *err) {

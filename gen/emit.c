@@ -1,5 +1,4 @@
 /* gen/emit.c -- moegen_generate: render, compile, write DIR/NAME.{cu,h,c,json}. */
-#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -25,13 +24,6 @@ static void say(void (*progress)(const char *), const char *fmt, const char *a, 
   char line[1024];
   snprintf(line, sizeof line, fmt, a, b);
   progress(line);
-}
-
-static int is_identifier(const char *s) {
-  if (!s || !(isalpha((unsigned char)*s) || *s == '_')) return 0;
-  for (; *s; s++)
-    if (!(isalnum((unsigned char)*s) || *s == '_')) return 0;
-  return 1;
 }
 
 /* mkdir -p */
@@ -169,8 +161,8 @@ static int write_h(FILE *f, const moegen_sources *s, const moegen_gen_options *o
 
 int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt, const char *out_dir,
                     void (*progress)(const char *line), moegen_error *err) {
-  if (!is_identifier(opt->name))
-    return fail(err, EX_USAGE, "--name %s: not a C identifier", opt->name ? opt->name : "(none)", "");
+  const char *why = moegen_name_problem(opt->name);
+  if (why) return fail(err, EX_USAGE, "module name \"%.40s\": %s", opt->name ? opt->name : "", why);
   int rc = moegen_config_validate(cfg, err);
   if (rc) return rc;
   if (make_dirs(out_dir) != 0)

@@ -379,7 +379,9 @@ static int apply_torch_dtype(hf_load *h) {
   return 0;
 }
 
-/* name: the file name without ".json"; for "config.json", the model_type. */
+/* name: the file name without ".json"; for "config.json", the model_type.
+ * A longer one is cut to the 63 bytes a name holds, at a UTF-8 character
+ * boundary (validation rejects a file name that is not UTF-8). */
 static void apply_name(hf_load *h) {
   const char *base = strrchr(h->path, '/') ? strrchr(h->path, '/') + 1 : h->path;
   size_t len = strlen(base);
@@ -388,6 +390,8 @@ static void apply_name(hf_load *h) {
     base = h->family->model_types[0];
     len = strlen(base);
   }
+  if (len >= sizeof h->cfg->name) len = sizeof h->cfg->name - 1;
+  while (len > 0 && ((unsigned char)base[len] & 0xc0) == 0x80) len--;
   snprintf(h->cfg->name, sizeof h->cfg->name, "%.*s", (int)len, base);
   snprintf(h->cfg->origin[MOEGEN_F_NAME].file, sizeof h->cfg->origin[0].file, "%s", h->path);
   h->cfg->origin[MOEGEN_F_NAME].line = 0;

@@ -38,7 +38,8 @@ static const option_desc options[OPT_COUNT] = {
                        "Mixtral, gpt-oss, Llama-4)"},
     [OPT_SET] = {"--set", "KEY=VALUE", "set one config key (repeatable; booleans are true/false)"},
     [OPT_NAME] = {"--name", "NAME",
-                  "module name, a C identifier: prefixes the output files and C symbols"},
+                  "module name: prefixes the output files and C symbols; a C identifier of at "
+                  "most 63 characters, not a keyword, not starting with _ or moegen_"},
     [OPT_OUT] = {"--out", "DIR", "output directory (created if missing)"},
     [OPT_ARCH] = {"--arch", "ARCH", "GPU architecture, sm_NN with an optional a/f suffix "
                                     "(default " MOEGEN_DEFAULT_ARCH ")"},
@@ -246,15 +247,6 @@ static int print_config(const moegen_config *cfg, moegen_error *err) {
 
 /* ---------------------------------------------------------------- generation */
 
-static bool is_identifier(const char *s) {
-  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
-  for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '_'))
-      return false;
-  return true;
-}
-
 /* sm_NN with an optional a or f suffix. */
 static bool is_arch(const char *s) {
   if (strncmp(s, "sm_", 3) != 0 || !(s[3] >= '0' && s[3] <= '9')) return false;
@@ -314,12 +306,13 @@ static int gen_options(const cli *o, moegen_gen_options *opt, moegen_error *err)
   const char *mode = o->value[OPT_COMPILE] ? o->value[OPT_COMPILE] : "nvrtc";
   if (!o->value[OPT_NAME]) return fail(err, EX_USAGE, "missing --name NAME");
   if (!o->value[OPT_OUT]) return fail(err, EX_USAGE, "missing --out DIR");
-  if (!is_identifier(o->value[OPT_NAME]))
-    return fail(err, EX_USAGE, "--name \"%s\": not a C identifier", o->value[OPT_NAME]);
+  const char *name = o->value[OPT_NAME], *why = moegen_name_problem(name);
+  if (why)
+    return fail(err, EX_USAGE, "--name \"%.40s%s\": %s", name, strlen(name) > 40 ? "..." : "", why);
   if (!is_arch(arch)) return fail(err, EX_USAGE, "--arch \"%s\": expected sm_NN, sm_NNa or sm_NNf", arch);
   if (compile_mode(mode, &opt->compile) != 0)
     return fail(err, EX_USAGE, "--compile \"%s\": expected nvcc, nvrtc or jit", mode);
-  opt->name = o->value[OPT_NAME];
+  opt->name = name;
   opt->arch = arch;
   opt->nvcc = MOEGEN_NVCC_PATH[0] ? MOEGEN_NVCC_PATH : NULL;
   return 0;

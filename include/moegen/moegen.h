@@ -24,12 +24,24 @@ typedef enum moegen_compile_mode {
 } moegen_compile_mode;
 
 typedef struct moegen_gen_options {
-  const char *name;         /* module name, a C identifier ("ds3") */
+  const char *name;         /* module name ("ds3"; see moegen_name_problem) */
   const char *arch;         /* "sm_90a" (default), "sm_90", "sm_80", ... */
   moegen_compile_mode compile;
   const char *command_line; /* written at the top of every generated file */
   const char *nvcc;         /* nvcc path for MOEGEN_COMPILE_NVCC; NULL = "nvcc" */
 } moegen_gen_options;
+
+/* The longest module name, in characters. */
+#define MOEGEN_MAX_NAME 63
+
+/* Why `name` cannot name a module, or NULL if it can. A module name must
+ * be a C identifier of at most MOEGEN_MAX_NAME characters that does not
+ * start with '_' (NAME_EXPERTS would be reserved), is not a C or C++
+ * keyword, and is neither "moegen" nor "moegen_..." in any letter case (its
+ * symbols NAME_image, NAME_module_create, NAME_EXPERTS, ... would fall
+ * among the runtime's moegen_* and MOEGEN_* names). The reason is a static
+ * string such as "not a C identifier". */
+const char *moegen_name_problem(const char *name);
 
 /* The rendered module: sources and the launch plan. */
 typedef struct moegen_sources {

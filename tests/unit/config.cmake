@@ -82,3 +82,23 @@ moegen_cli_test(cli_config_generate_notes RC 0
   ERR "\nmoegen: note: no grouped GEMM kernels \\(they need --arch sm_80 or later[^\n]*ops of n return MOEGEN_ERR_NOT_SUPPORTED\n"
       "\nmoegen: note: no permute kernels [^\n]*ops of n return MOEGEN_ERR_NOT_SUPPORTED\n"
   PRESENT ${MOEGEN_CLI_OUT}/notes/n.cu)
+
+# The config name must be UTF-8 (it goes into NAME.json); checked before rendering.
+moegen_cli_test(cli_config_name_utf8 RC 65 ABSENT ${MOEGEN_CLI_OUT}/utf8
+  ARGS ${MOEGEN_CLI_CONFIGS}/bad_utf8_name.lua --name t --out ${MOEGEN_CLI_OUT}/utf8 --compile jit
+  ERR "^moegen: [^\n]*/bad_utf8_name\\.lua:7: name: not valid UTF-8 \\(byte 0xe9 at offset 3\\)\n$")
+
+# Module names: checked before anything is rendered or written.
+moegen_cli_test(cli_config_name_runtime RC 64 ABSENT ${MOEGEN_CLI_OUT}/name_moegen
+  ARGS --preset kimi-k2 --name moegen --out ${MOEGEN_CLI_OUT}/name_moegen --compile jit
+  ERR "^moegen: --name \"moegen\": reserved: its symbols \\(NAME_image, NAME_module_create, NAME_EXPERTS, \\.\\.\\.\\) would fall among the runtime's moegen_\\* and MOEGEN_\\* names\n")
+moegen_cli_test(cli_config_name_runtime_prefix RC 64 ABSENT ${MOEGEN_CLI_OUT}/name_prefix
+  ARGS --preset kimi-k2 --name MoeGen_x --out ${MOEGEN_CLI_OUT}/name_prefix --compile jit
+  ERR "^moegen: --name \"MoeGen_x\": reserved: ")
+moegen_cli_test(cli_config_name_keyword RC 64 ABSENT ${MOEGEN_CLI_OUT}/name_keyword
+  ARGS --preset kimi-k2 --name class --out ${MOEGEN_CLI_OUT}/name_keyword --compile jit
+  ERR "^moegen: --name \"class\": a C or C\\+\\+ keyword\n")
+string(REPEAT "a" 5000 long_name)
+moegen_cli_test(cli_config_name_long RC 64 ABSENT ${MOEGEN_CLI_OUT}/name_long
+  ARGS --preset kimi-k2 --name ${long_name} --out ${MOEGEN_CLI_OUT}/name_long --compile jit
+  ERR "^moegen: --name \"a+\\.\\.\\.\": longer than 63 characters\n")
