@@ -25,7 +25,6 @@
 #include "moegen/config.h"
 #include "read_file.h"
 
-#define ORIGIN_DEFAULT "<default>"
 #define ORIGIN_COMMAND_LINE "<command line>"
 #define LUA_MEMORY_LIMIT (16u << 20)   /* bytes a config chunk's state may hold */
 #define LUA_HOOK_STEP 1000             /* VM instructions between two hook calls */
@@ -122,7 +121,9 @@ static void set_origin(moegen_origin *o, const char *file, int line) {
 }
 
 /* Fills err with "FILE:LINE: what: reason" ("FILE: what: reason" when line
- * is 0; no "what: " when what is NULL) and returns code. */
+ * is 0; "command-line argument N: what: reason" for the command line, whose
+ * "line" is the argument's position; no "what: " when what is NULL) and
+ * returns code. */
 static int fail_at(moegen_error *err, int code, const char *file, int line, const char *what,
                    const char *fmt, ...) {
   char where[320], reason[640];
@@ -130,7 +131,9 @@ static int fail_at(moegen_error *err, int code, const char *file, int line, cons
   va_start(ap, fmt);
   vsnprintf(reason, sizeof reason, fmt, ap);
   va_end(ap);
-  if (line > 0)
+  if (line > 0 && strcmp(file, ORIGIN_COMMAND_LINE) == 0)
+    snprintf(where, sizeof where, "command-line argument %d", line);
+  else if (line > 0)
     snprintf(where, sizeof where, "%s:%d", file, line);
   else
     snprintf(where, sizeof where, "%s", file);
@@ -149,7 +152,7 @@ void moegen_config_defaults(moegen_config *c) {
   c->scaling = 1.0;
   c->logits_dtype = MOEGEN_DTYPE_BF16;
   c->dtype = MOEGEN_DTYPE_BF16;
-  for (int f = 0; f < MOEGEN_F_COUNT; f++) set_origin(&c->origin[f], ORIGIN_DEFAULT, 0);
+  for (int f = 0; f < MOEGEN_F_COUNT; f++) set_origin(&c->origin[f], MOEGEN_ORIGIN_DEFAULT, 0);
 }
 
 /* ---------------------------------------------------------------- values */
@@ -327,9 +330,10 @@ static value value_of_text(key_type t, const char *s) {
 
 int moegen_config_set(moegen_config *c, const char *assignment, int argpos, moegen_error *err) {
   const char *eq = strchr(assignment, '=');
-  if (!eq)
+  if (!eq || eq == assignment)
     return fail_at(err, EX_USAGE, ORIGIN_COMMAND_LINE, argpos, NULL,
-                   "expected key=value, got \"%s\"", assignment);
+                   "expected key=value, got \"%s\"%s", assignment,
+                   eq ? " (the key is empty)" : "");
   int f = find_key(assignment, (size_t)(eq - assignment));
   if (f < 0)
     return fail_at(err, EX_USAGE, ORIGIN_COMMAND_LINE, argpos, NULL,
@@ -581,7 +585,7 @@ static int reject(moegen_error *err, int code, const moegen_config *c, moegen_fi
   va_end(ap);
   const moegen_origin *o = &c->origin[f];
   return fail_at(err, code, o->file, o->line, keys[f].key, "%s%s", reason,
-                 strcmp(o->file, ORIGIN_DEFAULT) == 0 ? " (not set)" : "");
+                 strcmp(o->file, MOEGEN_ORIGIN_DEFAULT) == 0 ? " (not set)" : "");
 }
 
 static int check_name(const moegen_config *c, moegen_error *err) {

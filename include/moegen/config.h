@@ -30,9 +30,12 @@ typedef enum moegen_field {
   MOEGEN_F_COUNT
 } moegen_field;
 
-/* Where a field's value came from: a file and 1-based line, or a pseudo file
+/* Where a field's value came from: a file and 1-based line (0: the file as
+ * a whole, e.g. a size a Hugging Face config.json lacks), or a pseudo file
  * such as "<preset deepseek-v3>", "<default>" or "<command line>" (line =
- * argument position). */
+ * argument position; messages say "command-line argument N"). */
+#define MOEGEN_ORIGIN_DEFAULT "<default>" /* the origin file of a field no source set */
+
 typedef struct moegen_origin {
   char file[256];
   int line;

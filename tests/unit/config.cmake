@@ -52,13 +52,13 @@ moegen_cli_test(cli_config_missing_value RC 64 ARGS --print-config --preset
 moegen_cli_test(cli_config_unknown_preset RC 64 ARGS --print-config --preset nope
   ERR "^moegen: unknown preset \"nope\"")
 moegen_cli_test(cli_config_bad_set RC 64 ARGS --print-config --preset kimi-k2 --set topk
-  ERR "^moegen: <command line>:5: expected key=value, got \"topk\"\n")
+  ERR "^moegen: command-line argument 5: expected key=value, got \"topk\"\n")
 moegen_cli_test(cli_config_bad_name RC 64 ABSENT ${MOEGEN_CLI_OUT}/bad_name
   ARGS --preset deepseek-v3 --name 1x --out ${MOEGEN_CLI_OUT}/bad_name
   ERR "^moegen: --name \"1x\": not a C identifier\n")
 moegen_cli_test(cli_config_bad_type RC 65 ABSENT ${MOEGEN_CLI_OUT}/bad_type
   ARGS --preset deepseek-v3 --set experts=many --name t --out ${MOEGEN_CLI_OUT}/bad_type
-  ERR "^moegen: <command line>:4: experts: expected an integer, got \"many\"\n$")
+  ERR "^moegen: command-line argument 4: experts: expected an integer, got \"many\"\n$")
 moegen_cli_test(cli_config_bad_config RC 78 ABSENT ${MOEGEN_CLI_OUT}/bad_config
   ARGS ${MOEGEN_CLI_CONFIGS}/bad_topk.lua --name t --out ${MOEGEN_CLI_OUT}/bad_config
   ERR "^moegen: [^\n]*/bad_topk\\.lua:5: topk: 40 exceeds the kernel limit of 32\n$")
@@ -83,6 +83,13 @@ moegen_cli_test(cli_config_generate_notes RC 0
       "\nmoegen: note: no permute kernels [^\n]*ops of n return MOEGEN_ERR_NOT_SUPPORTED\n"
   PRESENT ${MOEGEN_CLI_OUT}/notes/n.cu)
 
+# --set with an empty key: the position is that of the argument, said so.
+moegen_cli_test(cli_config_set_empty_key RC 64 ARGS --print-config --preset kimi-k2 --set =3
+  ERR "^moegen: command-line argument 5: expected key=value, got \"=3\" \\(the key is empty\\)\n")
+# A Hugging Face file that lacks a size: the error names the file, not <default>.
+moegen_cli_test(cli_config_hf_missing_size RC 78 ARGS --print-config
+  --hf-config ${MOEGEN_CLI_CONFIGS}/hf_missing_hidden.json
+  ERR "^moegen: [^\n]*/hf_missing_hidden\\.json: hidden: must be > 0, got 0\n$")
 # The config name must be UTF-8 (it goes into NAME.json); checked before rendering.
 moegen_cli_test(cli_config_name_utf8 RC 65 ABSENT ${MOEGEN_CLI_OUT}/utf8
   ARGS ${MOEGEN_CLI_CONFIGS}/bad_utf8_name.lua --name t --out ${MOEGEN_CLI_OUT}/utf8 --compile jit

@@ -257,9 +257,23 @@ static void test_hf_errors(void) {
                   "%s:2: text_config: expected an object", "text_config type");
   expect_hf_error(NULL, "{\"model_type\": \"mixtral\",\n\"hidden_size\": NaN}\n", EX_DATAERR,
                   "%s:2: hidden_size: expected an integer", "NaN integer");
+  /* A size the file lacks (and no earlier source set) fails validation naming
+   * the file, not "<default>"; one an earlier source set keeps its origin. */
+  const char *p = temp_file("{\"model_type\": \"mixtral\",\n\"num_local_experts\": 8,\n"
+                            "\"num_experts_per_tok\": 2,\n\"intermediate_size\": 64}\n",
+                            ".json");
+  char want[4600];
+  snprintf(want, sizeof want, "%s: hidden: must be > 0, got 0", p);
   moegen_config c;
   moegen_error err = {0};
-  const char *p;
+  moegen_config_defaults(&c);
+  CHECK(p && moegen_config_load_hf(&c, p, &err) == 0, "missing hidden_size: %s", err.msg);
+  expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG, want, "missing hidden_size");
+  preset(&c, "mixtral-8x7b");
+  CHECK(moegen_config_load_hf(&c, p, &err) == 0, "missing hidden_size: %s", err.msg);
+  CHECK(c.hidden == 4096 && strcmp(c.origin[MOEGEN_F_HIDDEN].file, "<preset mixtral-8x7b>") == 0,
+        "hidden %d from %s", c.hidden, c.origin[MOEGEN_F_HIDDEN].file);
+  if (p) unlink(p);
   /* A long file name becomes the name cut at a UTF-8 character boundary:
    * "moegen_test_config_XXXXXX" (25 bytes) and 12 of the 3-byte euro signs. */
   p = temp_file("{\"model_type\": \"mixtral\", \"num_local_experts\": 8, \"hidden_size\": 64,\n"
@@ -538,15 +552,16 @@ static void test_set(void) {
 
   moegen_config before = c;
   expect_error(moegen_config_set(&c, "experts", 5, &err), &err, EX_USAGE,
-               "<command line>:5: expected key=value, got \"experts\"", "missing =");
+               "command-line argument 5: expected key=value, got \"experts\"", "missing =");
   expect_error(moegen_config_set(&c, "expert=8", 6, &err), &err, EX_USAGE,
-               "<command line>:6: expert: unknown config key", "bad key");
+               "command-line argument 6: expert: unknown config key", "bad key");
   expect_error(moegen_config_set(&c, "=8", 6, &err), &err, EX_USAGE,
-               "<command line>:6: : unknown config key", "empty key");
+               "command-line argument 6: expected key=value, got \"=8\" (the key is empty)",
+               "empty key");
   expect_error(moegen_config_set(&c, "experts=many", 7, &err), &err, EX_DATAERR,
-               "<command line>:7: experts: expected an integer, got \"many\"", "wrong type");
+               "command-line argument 7: experts: expected an integer, got \"many\"", "wrong type");
   expect_error(moegen_config_set(&c, "experts=", 7, &err), &err, EX_DATAERR,
-               "<command line>:7: experts: expected an integer, got \"\"", "empty value");
+               "command-line argument 7: experts: expected an integer, got \"\"", "empty value");
   expect_error(moegen_config_set(&c, "topk=1.5", 7, &err), &err, EX_DATAERR,
                "topk: expected an integer, got 1.5", "fraction");
   expect_error(moegen_config_set(&c, "topk=99999999999", 7, &err), &err, EX_DATAERR,
@@ -560,13 +575,13 @@ static void test_set(void) {
   expect_error(moegen_config_set(&c,
                                  "name=0123456789012345678901234567890123456789012345678901234567890123",
                                  9, &err),
-               &err, EX_CONFIG, "<command line>:9: name: \"", "long name");
+               &err, EX_CONFIG, "command-line argument 9: name: \"", "long name");
   expect_error(moegen_config_set(&c, "name=caf\xe9", 9, &err), &err, EX_DATAERR,
-               "<command line>:9: name: not valid UTF-8 (byte 0xe9 at offset 3)", "UTF-8");
+               "command-line argument 9: name: not valid UTF-8 (byte 0xe9 at offset 3)", "UTF-8");
   CHECK(memcmp(&c, &before, sizeof c) == 0, "failed sets changed the config");
   CHECK(moegen_config_set(&c, "scaling=inf", 9, &err) == 0, "scaling=inf parses");
   expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG,
-               "<command line>:9: scaling: must be finite, got inf", "inf scaling");
+               "command-line argument 9: scaling: must be finite, got inf", "inf scaling");
 }
 
 /* ---------------------------------------------------------------- to_lua */
