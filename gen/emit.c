@@ -163,6 +163,9 @@ int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt, con
                     void (*progress)(const char *line), moegen_error *err) {
   const char *why = moegen_name_problem(opt->name);
   if (why) return fail(err, EX_USAGE, "module name \"%.40s\": %s", opt->name ? opt->name : "", why);
+  char reason[700];
+  if (moegen_arch_problem(opt->arch, opt->compile, reason, sizeof reason))
+    return fail(err, EX_USAGE, "arch \"%.40s\": %s", opt->arch ? opt->arch : "", reason);
   int rc = moegen_config_validate(cfg, err);
   if (rc) return rc;
   if (make_dirs(out_dir) != 0)

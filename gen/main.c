@@ -41,8 +41,9 @@ static const option_desc options[OPT_COUNT] = {
                   "module name: prefixes the output files and C symbols; a C identifier of at "
                   "most 63 characters, not a keyword, not starting with _ or moegen_"},
     [OPT_OUT] = {"--out", "DIR", "output directory (created if missing)"},
-    [OPT_ARCH] = {"--arch", "ARCH", "GPU architecture, sm_NN with an optional a/f suffix "
-                                    "(default " MOEGEN_DEFAULT_ARCH ")"},
+    [OPT_ARCH] = {"--arch", "ARCH",
+                  "GPU architecture: sm_XY or sm_XYZ (sm_50 to sm_199), optionally with a (from "
+                  "sm_90) or f (from sm_100); for nvrtc and jit, one NVRTC supports (default " MOEGEN_DEFAULT_ARCH ")"},
     [OPT_COMPILE] = {"--compile", "MODE",
                      "nvcc: nvcc -cubin now; nvrtc (default): NVRTC in-process now; jit: embed "
                      "the source, NVRTC compiles it at first use (cached)"},
@@ -247,13 +248,6 @@ static int print_config(const moegen_config *cfg, moegen_error *err) {
 
 /* ---------------------------------------------------------------- generation */
 
-/* sm_NN with an optional a or f suffix. */
-static bool is_arch(const char *s) {
-  if (strncmp(s, "sm_", 3) != 0 || !(s[3] >= '0' && s[3] <= '9')) return false;
-  for (s += 3; *s >= '0' && *s <= '9'; s++) continue;
-  return s[0] == 0 || ((s[0] == 'a' || s[0] == 'f') && s[1] == 0);
-}
-
 static int compile_mode(const char *s, moegen_compile_mode *mode) {
   static const char *const names[] = {"nvcc", "nvrtc", "jit"};
   for (int i = 0; i < 3; i++)
@@ -309,9 +303,11 @@ static int gen_options(const cli *o, moegen_gen_options *opt, moegen_error *err)
   const char *name = o->value[OPT_NAME], *why = moegen_name_problem(name);
   if (why)
     return fail(err, EX_USAGE, "--name \"%.40s%s\": %s", name, strlen(name) > 40 ? "..." : "", why);
-  if (!is_arch(arch)) return fail(err, EX_USAGE, "--arch \"%s\": expected sm_NN, sm_NNa or sm_NNf", arch);
   if (compile_mode(mode, &opt->compile) != 0)
     return fail(err, EX_USAGE, "--compile \"%s\": expected nvcc, nvrtc or jit", mode);
+  char reason[700];
+  if (moegen_arch_problem(arch, opt->compile, reason, sizeof reason))
+    return fail(err, EX_USAGE, "--arch \"%.40s\": %s", arch, reason);
   opt->name = name;
   opt->arch = arch;
   opt->nvcc = MOEGEN_NVCC_PATH[0] ? MOEGEN_NVCC_PATH : NULL;

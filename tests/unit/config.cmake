@@ -13,9 +13,11 @@ set(MOEGEN_CLI_EXPECT ${CMAKE_CURRENT_SOURCE_DIR}/unit/configs/cli_expect.cmake)
 set(MOEGEN_CLI_CONFIGS ${CMAKE_CURRENT_SOURCE_DIR}/unit/configs)
 set(MOEGEN_CLI_OUT ${CMAKE_CURRENT_BINARY_DIR}/cli_out)
 
-# moegen_cli_test(NAME RC rc [OUT re...] [ERR re...] [ABSENT path] [PRESENT path...] ARGS a...)
+# moegen_cli_test(NAME RC rc [OUT re...] [ERR re...] [ABSENT path] [PRESENT path...]
+#                 [ENV VAR=value...] ARGS a...)
+# (see unit/configs/cli_expect.cmake; ENV sets the test's environment)
 function(moegen_cli_test name)
-  cmake_parse_arguments(T "" "RC;ABSENT" "OUT;ERR;PRESENT;ARGS" ${ARGN})
+  cmake_parse_arguments(T "" "RC;ABSENT" "OUT;ERR;PRESENT;ENV;ARGS" ${ARGN})
   list(JOIN T_OUT "$<SEMICOLON>" out)
   list(JOIN T_ERR "$<SEMICOLON>" err)
   list(JOIN T_PRESENT "$<SEMICOLON>" present)
@@ -24,8 +26,15 @@ function(moegen_cli_test name)
     COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:moegen>$<SEMICOLON>${args}" -DRC=${T_RC}
       "-DOUT=${out}" "-DERR=${err}" "-DABSENT=${T_ABSENT}" "-DPRESENT=${present}"
       -P ${MOEGEN_CLI_EXPECT})
-  set_tests_properties(${name} PROPERTIES LABELS unit)
+  set_tests_properties(${name} PROPERTIES LABELS unit ENVIRONMENT "${T_ENV}")
 endfunction()
+
+# A stand-in libnvrtc.so.13 (MOEGEN_LIBNVRTC) whose compiles fail the way
+# $FAKE_NVRTC says, and which supports only sm_75, sm_80 and sm_90: it
+# drives the compile failure and arch paths without depending on the
+# installed NVRTC.
+add_library(moegen_fake_nvrtc SHARED unit/fake_nvrtc.c)
+set(MOEGEN_FAKE_NVRTC MOEGEN_LIBNVRTC=$<TARGET_FILE:moegen_fake_nvrtc>)
 
 moegen_cli_test(cli_config_help RC 0 ARGS --help
   OUT "usage: moegen" "CONFIG\\.lua" "--preset NAME" "--hf-config FILE" "--set KEY=VALUE"
@@ -109,3 +118,17 @@ string(REPEAT "a" 5000 long_name)
 moegen_cli_test(cli_config_name_long RC 64 ABSENT ${MOEGEN_CLI_OUT}/name_long
   ARGS --preset kimi-k2 --name ${long_name} --out ${MOEGEN_CLI_OUT}/name_long --compile jit
   ERR "^moegen: --name \"a+\\.\\.\\.\": longer than 63 characters\n")
+
+# --arch: the form and range, then (NVRTC and JIT) the archs NVRTC supports.
+moegen_cli_test(cli_config_arch_form RC 64 ABSENT ${MOEGEN_CLI_OUT}/arch_form
+  ARGS --preset kimi-k2 --name x --arch sm_1 --out ${MOEGEN_CLI_OUT}/arch_form
+  ERR "^moegen: --arch \"sm_1\": expected sm_XY or sm_XYZ from sm_50 to sm_199, with an optional a \\(from sm_90\\) or f \\(from sm_100\\) suffix\n")
+moegen_cli_test(cli_config_arch_range RC 64 ABSENT ${MOEGEN_CLI_OUT}/arch_range
+  ARGS --preset kimi-k2 --name x --arch sm_999999999999 --out ${MOEGEN_CLI_OUT}/arch_range
+       --compile jit
+  ERR "^moegen: --arch \"sm_999999999999\": expected sm_XY")
+moegen_cli_test(cli_config_arch_suffix RC 64 ARGS --preset kimi-k2 --name x --arch sm_80a
+  --out ${MOEGEN_CLI_OUT}/arch_suffix --compile nvcc ERR "^moegen: --arch \"sm_80a\": expected sm_XY")
+moegen_cli_test(cli_config_arch_nvrtc RC 64 ABSENT ${MOEGEN_CLI_OUT}/arch_nvrtc ENV ${MOEGEN_FAKE_NVRTC}
+  ARGS --preset kimi-k2 --name x --arch sm_100 --out ${MOEGEN_CLI_OUT}/arch_nvrtc --compile jit
+  ERR "^moegen: --arch \"sm_100\": NVRTC 13\\.0 compiles for sm_75 sm_80 sm_90 sm_90a\n")
