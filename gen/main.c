@@ -161,9 +161,11 @@ static void print_help(FILE *f) {
         "  66  EX_NOINPUT: a config file cannot be read\n"
         "  69  EX_UNAVAILABLE: nvcc or NVRTC is not available\n"
         "  70  EX_SOFTWARE: the kernel compile failed, or an internal error\n"
-        "  71  EX_OSERR: out of memory or a failed system call\n"
-        "  73  EX_CANTCREAT: an output directory or file cannot be created\n"
-        "  74  EX_IOERR: writing an output file failed\n"
+        "  71  EX_OSERR: out of memory (NVRTC's too) or a failed system call\n"
+        "  73  EX_CANTCREAT: an output directory or file cannot be created (--out\n"
+        "      names a file, a directory without write permission, ...)\n"
+        "  74  EX_IOERR: writing an output file or stdout failed\n"
+        "a failure leaves no output: no file, and no directory that moegen created\n"
         "  78  EX_CONFIG: a well-formed but invalid config (e.g. topk > experts)\n",
         f);
 }

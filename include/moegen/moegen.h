@@ -76,9 +76,12 @@ const char *const *moegen_nvrtc_options(const char *arch);
 
 /* Renders, compiles (per opt->compile) and writes DIR/NAME.{cu,h,c,json}.
  * Checks opt->name and opt->arch (moegen_name_problem, moegen_arch_problem:
- * EX_USAGE) and the config before anything is created. Files are written
- * to temporaries and renamed, so an error leaves no partial output.
- * `progress` (may be NULL) receives one line per step. */
+ * EX_USAGE) and the config before anything is created. out_dir and its
+ * missing parents are created (EX_CANTCREAT if that fails or out_dir is
+ * not a directory). Files are written to temporaries and renamed, so an
+ * error leaves no partial output, and the directories this call created
+ * are removed again (a failed nvcc compile keeps its source there, and so
+ * the directory). `progress` (may be NULL) receives one line per step. */
 int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt,
                     const char *out_dir, void (*progress)(const char *line),
                     moegen_error *err);

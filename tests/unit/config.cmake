@@ -14,18 +14,19 @@ set(MOEGEN_CLI_CONFIGS ${CMAKE_CURRENT_SOURCE_DIR}/unit/configs)
 set(MOEGEN_CLI_OUT ${CMAKE_CURRENT_BINARY_DIR}/cli_out)
 
 # moegen_cli_test(NAME RC rc [OUT re...] [ERR re...] [ABSENT path] [PRESENT path...]
-#                 [ENV VAR=value...] ARGS a...)
+#                 [MKDIR dir...] [STDOUT_FILE path] [ENV VAR=value...] ARGS a...)
 # (see unit/configs/cli_expect.cmake; ENV sets the test's environment)
 function(moegen_cli_test name)
-  cmake_parse_arguments(T "" "RC;ABSENT" "OUT;ERR;PRESENT;ENV;ARGS" ${ARGN})
+  cmake_parse_arguments(T "" "RC;ABSENT;STDOUT_FILE" "OUT;ERR;PRESENT;MKDIR;ENV;ARGS" ${ARGN})
   list(JOIN T_OUT "$<SEMICOLON>" out)
   list(JOIN T_ERR "$<SEMICOLON>" err)
   list(JOIN T_PRESENT "$<SEMICOLON>" present)
+  list(JOIN T_MKDIR "$<SEMICOLON>" mkdir)
   list(JOIN T_ARGS "$<SEMICOLON>" args)
   add_test(NAME ${name}
     COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:moegen>$<SEMICOLON>${args}" -DRC=${T_RC}
       "-DOUT=${out}" "-DERR=${err}" "-DABSENT=${T_ABSENT}" "-DPRESENT=${present}"
-      -P ${MOEGEN_CLI_EXPECT})
+      "-DMKDIR=${mkdir}" "-DSTDOUT_FILE=${T_STDOUT_FILE}" -P ${MOEGEN_CLI_EXPECT})
   set_tests_properties(${name} PROPERTIES LABELS unit ENVIRONMENT "${T_ENV}")
 endfunction()
 
@@ -41,7 +42,8 @@ moegen_cli_test(cli_config_help RC 0 ARGS --help
       "--name NAME" "--out DIR" "--arch ARCH" "--compile MODE" "--list-presets" "--print-config"
       "--help" "--version" "--preset, then\n--hf-config, then CONFIG\\.lua, then each --set"
       "DIR/NAME\\.cu" "DIR/NAME\\.h" "DIR/NAME\\.c" "DIR/NAME\\.json" "64  EX_USAGE"
-      "65  EX_DATAERR" "66  EX_NOINPUT" "78  EX_CONFIG")
+      "65  EX_DATAERR" "66  EX_NOINPUT" "69  EX_UNAVAILABLE" "70  EX_SOFTWARE" "71  EX_OSERR"
+      "73  EX_CANTCREAT" "74  EX_IOERR" "78  EX_CONFIG")
 moegen_cli_test(cli_config_version RC 0 ARGS --version OUT "^moegen ${PROJECT_VERSION}\n$")
 moegen_cli_test(cli_config_list_presets RC 0 ARGS --list-presets
   OUT "^deepseek-v3\nkimi-k2\nqwen3-30b-a3b\nqwen3-235b-a22b\nmixtral-8x7b\ngpt-oss-120b\nllama4-maverick\n$")
@@ -132,3 +134,36 @@ moegen_cli_test(cli_config_arch_suffix RC 64 ARGS --preset kimi-k2 --name x --ar
 moegen_cli_test(cli_config_arch_nvrtc RC 64 ABSENT ${MOEGEN_CLI_OUT}/arch_nvrtc ENV ${MOEGEN_FAKE_NVRTC}
   ARGS --preset kimi-k2 --name x --arch sm_100 --out ${MOEGEN_CLI_OUT}/arch_nvrtc --compile jit
   ERR "^moegen: --arch \"sm_100\": NVRTC 13\\.0 compiles for sm_75 sm_80 sm_90 sm_90a\n")
+
+# Failures leave no output directory that moegen created, and keep one that
+# existed. With the tests above, every exit status --help lists is produced:
+# 0 (cli_config_help), 64 (cli_config_bad_option), 65 (cli_config_bad_type),
+# 66 (cli_config_no_input), 78 (cli_config_bad_config) and these: 69, 70,
+# 71, 73, 74.
+moegen_cli_test(cli_config_no_nvrtc RC 69 ABSENT ${MOEGEN_CLI_OUT}/no_nvrtc
+  ENV MOEGEN_LIBNVRTC=${MOEGEN_CLI_OUT}/no_such_libnvrtc.so.13
+  ARGS --preset kimi-k2 --name x --out ${MOEGEN_CLI_OUT}/no_nvrtc/a/b
+  ERR "\nmoegen: NVRTC is not available: cannot load NVRTC [^\n]*/no_such_libnvrtc\\.so\\.13")
+moegen_cli_test(cli_config_compile_fails RC 70 ABSENT ${MOEGEN_CLI_OUT}/compile_fails
+  ENV ${MOEGEN_FAKE_NVRTC}
+  ARGS --preset kimi-k2 --name x --arch sm_90 --out ${MOEGEN_CLI_OUT}/compile_fails/a/b
+  ERR "\nmoegen: NVRTC failed on x\\.cu:\nfake NVRTC: this library compiles nothing\n")
+moegen_cli_test(cli_config_compile_fails_dir_kept RC 70 ENV ${MOEGEN_FAKE_NVRTC}
+  MKDIR ${MOEGEN_CLI_OUT}/compile_kept PRESENT ${MOEGEN_CLI_OUT}/compile_kept
+  ARGS --preset kimi-k2 --name x --arch sm_90 --out ${MOEGEN_CLI_OUT}/compile_kept
+  ERR "\nmoegen: NVRTC failed on x\\.cu:\n")
+moegen_cli_test(cli_config_compile_oom RC 71 ABSENT ${MOEGEN_CLI_OUT}/compile_oom
+  ENV ${MOEGEN_FAKE_NVRTC} FAKE_NVRTC=oom
+  ARGS --preset kimi-k2 --name x --arch sm_90 --out ${MOEGEN_CLI_OUT}/compile_oom
+  ERR "\nmoegen: NVRTC ran out of memory on x\\.cu: nvrtcCreateProgram\\(x\\.cu\\): NVRTC_ERROR_OUT_OF_MEMORY\n")
+moegen_cli_test(cli_config_out_file RC 73
+  ARGS --preset kimi-k2 --name x --out ${MOEGEN_CLI_CONFIGS}/good.lua --compile jit
+  ERR "^moegen: [^\n]*/configs/good\\.lua: not a directory\n$")
+moegen_cli_test(cli_config_stdout_full RC 74 STDOUT_FILE /dev/full
+  ARGS --print-config --preset kimi-k2 ERR "^moegen: cannot write to stdout")
+# An --out longer than a path may be (in components of 10 bytes) is refused
+# before any directory is made, not cut short.
+string(REPEAT "dddddddddd/" 400 long_dir)
+moegen_cli_test(cli_config_out_too_long RC 73 ABSENT ${MOEGEN_CLI_OUT}/dddddddddd
+  ARGS --preset kimi-k2 --name x --out ${MOEGEN_CLI_OUT}/${long_dir} --compile jit
+  ERR "^moegen: [^\n]*/cli_out/[d/]+\\.\\.\\.: output directory path too long \\(File name too long\\)\n$")
