@@ -26,16 +26,16 @@ static void say(void (*progress)(const char *), const char *fmt, const char *a, 
   progress(line);
 }
 
-/* The directories one make_dirs call created: path prefixes, in order. */
+/* The directories one make_dirs call created: path prefixes, in order
+ * (each takes at least two bytes of path, "x/"). */
 typedef struct made_dirs {
   char path[4096];
-  size_t end[64]; /* each one is path[0..end[i]) */
+  size_t end[4096 / 2]; /* each one is path[0..end[i]) */
   int n;
 } made_dirs;
 
-/* mkdir -p dir, recording in *made the directories it creates (at most 64
- * levels: deeper ones are made but not recorded). -1 with errno on failure,
- * when *made holds what was created before it. */
+/* mkdir -p dir, recording in *made the directories it creates. -1 with
+ * errno on failure, when *made holds what was created before it. */
 static int make_dirs(const char *dir, made_dirs *made) {
   char *buf = made->path;
   made->n = 0;
@@ -48,7 +48,7 @@ static int make_dirs(const char *dir, made_dirs *made) {
     if (*p != '/' && *p != 0) continue;
     char c = *p;
     *p = 0;
-    if (mkdir(buf, 0777) == 0 && made->n < 64)
+    if (mkdir(buf, 0777) == 0)
       made->end[made->n++] = (size_t)(p - buf);
     else if (errno != EEXIST)
       return -1;
