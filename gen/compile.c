@@ -103,6 +103,8 @@ static int compile_nvrtc(const char *source, const moegen_gen_options *opt,
   int rc = 0;
   if (st == MOEGEN_ERR_NO_NVRTC)
     rc = fail(err, EX_UNAVAILABLE, "NVRTC is not available: %s%s", log ? log : "", "");
+  else if (st == MOEGEN_ERR_OUT_OF_MEMORY)
+    rc = fail(err, EX_OSERR, "NVRTC ran out of memory on %s: %s", name, log ? log : "");
   else if (st != MOEGEN_OK)
     rc = fail(err, EX_SOFTWARE, "NVRTC failed on %s:\n%s", name, log ? log : "");
   else

@@ -9,6 +9,7 @@
  * `math` (without random), under a memory cap and an instruction cap.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,10 +21,10 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "read_file.h"
+#include "float_literal.h"
 #include "moegen/config.h"
+#include "read_file.h"
 
-#define ORIGIN_DEFAULT "<default>"
 #define ORIGIN_COMMAND_LINE "<command line>"
 #define LUA_MEMORY_LIMIT (16u << 20)   /* bytes a config chunk's state may hold */
 #define LUA_HOOK_STEP 1000             /* VM instructions between two hook calls */
@@ -42,7 +43,7 @@ typedef struct key_desc {
 
 #define KEY(f, t, member, help) [f] = {#member, t, offsetof(moegen_config, member), help}
 static const key_desc keys[MOEGEN_F_COUNT] = {
-    KEY(MOEGEN_F_NAME, KT_STR, name, "model name, informational (at most 63 characters)"),
+    KEY(MOEGEN_F_NAME, KT_STR, name, "model name, informational: UTF-8, at most 63 bytes, no control characters"),
     KEY(MOEGEN_F_EXPERTS, KT_INT, experts, "E, routed experts (1..2048)"),
     KEY(MOEGEN_F_TOPK, KT_INT, topk, "K, experts per token (1..min(E, 32))"),
     KEY(MOEGEN_F_HIDDEN, KT_INT, hidden, "H, hidden size (model dim), > 0"),
@@ -54,7 +55,8 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
     KEY(MOEGEN_F_GROUP_TOPK, KT_INT, group_topk, "groups kept per token; 0 when groups = 0"),
     KEY(MOEGEN_F_EXPERT_BIAS, KT_BOOL, expert_bias,
         "fp32 [E] bias added to the scores for selection (sigmoid/sqrtsoftplus only)"),
-    KEY(MOEGEN_F_SCALING, KT_NUM, scaling, "routed scaling factor on the probs, finite, > 0"),
+    KEY(MOEGEN_F_SCALING, KT_NUM, scaling, "routed scaling factor on the probs; the kernels use it as a float, so it must "
+        "round to a normal one (1.17549435e-38 to 3.40282347e+38)"),
     KEY(MOEGEN_F_LOGITS_DTYPE, KT_DTYPE, logits_dtype, "router logits and probs dtype"),
     KEY(MOEGEN_F_DTYPE, KT_DTYPE, dtype, "activations and weights dtype; bf16 or fp16 only"),
     KEY(MOEGEN_F_SHARED_EXPERTS, KT_INT, shared_experts,
@@ -119,7 +121,9 @@ static void set_origin(moegen_origin *o, const char *file, int line) {
 }
 
 /* Fills err with "FILE:LINE: what: reason" ("FILE: what: reason" when line
- * is 0; no "what: " when what is NULL) and returns code. */
+ * is 0; "command-line argument N: what: reason" for the command line, whose
+ * "line" is the argument's position; no "what: " when what is NULL) and
+ * returns code. */
 static int fail_at(moegen_error *err, int code, const char *file, int line, const char *what,
                    const char *fmt, ...) {
   char where[320], reason[640];
@@ -127,7 +131,9 @@ static int fail_at(moegen_error *err, int code, const char *file, int line, cons
   va_start(ap, fmt);
   vsnprintf(reason, sizeof reason, fmt, ap);
   va_end(ap);
-  if (line > 0)
+  if (line > 0 && strcmp(file, ORIGIN_COMMAND_LINE) == 0)
+    snprintf(where, sizeof where, "command-line argument %d", line);
+  else if (line > 0)
     snprintf(where, sizeof where, "%s:%d", file, line);
   else
     snprintf(where, sizeof where, "%s", file);
@@ -146,7 +152,7 @@ void moegen_config_defaults(moegen_config *c) {
   c->scaling = 1.0;
   c->logits_dtype = MOEGEN_DTYPE_BF16;
   c->dtype = MOEGEN_DTYPE_BF16;
-  for (int f = 0; f < MOEGEN_F_COUNT; f++) set_origin(&c->origin[f], ORIGIN_DEFAULT, 0);
+  for (int f = 0; f < MOEGEN_F_COUNT; f++) set_origin(&c->origin[f], MOEGEN_ORIGIN_DEFAULT, 0);
 }
 
 /* ---------------------------------------------------------------- values */
@@ -174,12 +180,57 @@ static void describe(const value *v, char *buf, size_t size) {
   }
 }
 
-/* Reason a name is not acceptable, or NULL. */
-static const char *name_problem(const char *s, size_t len) {
-  if (len >= sizeof((moegen_config *)0)->name) return "longer than 63 characters";
-  for (size_t i = 0; i < len; i++)
-    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return "contains a control character";
-  return NULL;
+/* Offset of the first byte of s[0..len) that does not start a valid UTF-8
+ * sequence (overlong forms, surrogates and code points above U+10FFFF are
+ * not valid), or len when all of it is UTF-8. */
+static size_t utf8_error_offset(const unsigned char *s, size_t len) {
+  size_t i = 0;
+  while (i < len) {
+    unsigned cp = s[i], min;
+    size_t n;
+    if (cp < 0x80) {
+      i++;
+      continue;
+    } else if ((cp & 0xe0) == 0xc0) {
+      n = 2, cp &= 0x1f, min = 0x80;
+    } else if ((cp & 0xf0) == 0xe0) {
+      n = 3, cp &= 0x0f, min = 0x800;
+    } else if ((cp & 0xf8) == 0xf0) {
+      n = 4, cp &= 0x07, min = 0x10000;
+    } else {
+      return i;
+    }
+    if (len - i < n) return i;
+    for (size_t k = 1; k < n; k++) {
+      if ((s[i + k] & 0xc0) != 0x80) return i;
+      cp = cp << 6 | (s[i + k] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+    i += n;
+  }
+  return len;
+}
+
+/* Why the len bytes at s cannot be a config name, into why (n bytes), as a
+ * sysexits code; 0 if they can. EX_DATAERR: not UTF-8 (the name goes into
+ * NAME.json; the message does not echo the bad bytes). EX_CONFIG: longer
+ * than 63 bytes, or a control character (the message shows at most 40
+ * bytes, whole characters). */
+static int name_problem(const char *s, size_t len, char *why, size_t n) {
+  size_t bad = utf8_error_offset((const unsigned char *)s, len);
+  if (bad < len) {
+    snprintf(why, n, "not valid UTF-8 (byte 0x%02x at offset %zu)", (unsigned char)s[bad], bad);
+    return EX_DATAERR;
+  }
+  size_t shown = len > 40 ? 40 : len; /* whole characters only */
+  while (shown < len && shown > 0 && ((unsigned char)s[shown] & 0xc0) == 0x80) shown--;
+  const char *problem = NULL;
+  if (len >= sizeof((moegen_config *)0)->name) problem = "longer than 63 characters";
+  for (size_t i = 0; !problem && i < len; i++)
+    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) problem = "contains a control character";
+  if (!problem) return 0;
+  snprintf(why, n, "\"%.*s%s\": %s", (int)shown, s, shown < len ? "..." : "", problem);
+  return EX_CONFIG;
 }
 
 /* Index of the `len` bytes at s in names[n], or -1. */
@@ -210,8 +261,7 @@ static const char *const expected_text[] = {
 static int convert(moegen_config *c, moegen_field f, const value *v, char *why, size_t n) {
   char *p = (char *)c + keys[f].offset;
   char got[64];
-  const char *problem = NULL;
-  int i = -1;
+  int i = -1, code;
   describe(v, got, sizeof got);
   switch (keys[f].type) {
   case KT_INT:
@@ -227,13 +277,10 @@ static int convert(moegen_config *c, moegen_field f, const value *v, char *why, 
     return 0;
   case KT_STR:
     if (v->kind != V_STRING) break;
-    if (!(problem = name_problem(v->s, v->len))) {
-      memcpy(p, v->s, v->len);
-      p[v->len] = 0;
-      return 0;
-    }
-    snprintf(why, n, "%s is %s", got, problem);
-    return EX_CONFIG;
+    if ((code = name_problem(v->s, v->len, why, n)) != 0) return code;
+    memcpy(p, v->s, v->len);
+    p[v->len] = 0;
+    return 0;
   case KT_SCORE:
   case KT_DTYPE:
     if (v->kind != V_STRING) break;
@@ -283,9 +330,10 @@ static value value_of_text(key_type t, const char *s) {
 
 int moegen_config_set(moegen_config *c, const char *assignment, int argpos, moegen_error *err) {
   const char *eq = strchr(assignment, '=');
-  if (!eq)
+  if (!eq || eq == assignment)
     return fail_at(err, EX_USAGE, ORIGIN_COMMAND_LINE, argpos, NULL,
-                   "expected key=value, got \"%s\"", assignment);
+                   "expected key=value, got \"%s\"%s", assignment,
+                   eq ? " (the key is empty)" : "");
   int f = find_key(assignment, (size_t)(eq - assignment));
   if (f < 0)
     return fail_at(err, EX_USAGE, ORIGIN_COMMAND_LINE, argpos, NULL,
@@ -537,15 +585,16 @@ static int reject(moegen_error *err, int code, const moegen_config *c, moegen_fi
   va_end(ap);
   const moegen_origin *o = &c->origin[f];
   return fail_at(err, code, o->file, o->line, keys[f].key, "%s%s", reason,
-                 strcmp(o->file, ORIGIN_DEFAULT) == 0 ? " (not set)" : "");
+                 strcmp(o->file, MOEGEN_ORIGIN_DEFAULT) == 0 ? " (not set)" : "");
 }
 
 static int check_name(const moegen_config *c, moegen_error *err) {
   size_t len = strnlen(c->name, sizeof c->name);
   if (len == sizeof c->name)
     return reject(err, EX_DATAERR, c, MOEGEN_F_NAME, "not NUL-terminated");
-  const char *why = name_problem(c->name, len);
-  return why ? reject(err, EX_CONFIG, c, MOEGEN_F_NAME, "\"%s\" is %s", c->name, why) : 0;
+  char why[128];
+  int code = name_problem(c->name, len, why, sizeof why);
+  return code ? reject(err, code, c, MOEGEN_F_NAME, "%s", why) : 0;
 }
 
 static int check_sizes(const moegen_config *c, moegen_error *err) {
@@ -636,6 +685,12 @@ static int check_numbers(const moegen_config *c, moegen_error *err) {
                   "must be > 0, got %g (on 0, TE multiplies the probs by 0 while its reference "
                   "does not scale at all; use 1 for no scaling)",
                   c->scaling);
+  float kernel_scaling;
+  if (!moegen_float_of(c->scaling, &kernel_scaling))
+    return reject(err, EX_CONFIG, c, MOEGEN_F_SCALING,
+                  "must round to a normal float (%.9g to %.9g; the kernels compute in float), "
+                  "got %g",
+                  FLT_MIN, FLT_MAX, c->scaling);
   if (c->shared_experts < 0)
     return reject(err, EX_CONFIG, c, MOEGEN_F_SHARED_EXPERTS, "must be >= 0, got %d",
                   c->shared_experts);

@@ -1,5 +1,4 @@
 /* gen/emit.c -- moegen_generate: render, compile, write DIR/NAME.{cu,h,c,json}. */
-#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -27,24 +26,46 @@ static void say(void (*progress)(const char *), const char *fmt, const char *a, 
   progress(line);
 }
 
-static int is_identifier(const char *s) {
-  if (!s || !(isalpha((unsigned char)*s) || *s == '_')) return 0;
-  for (; *s; s++)
-    if (!(isalnum((unsigned char)*s) || *s == '_')) return 0;
-  return 1;
+/* The directories one make_dirs call created: path prefixes, in order
+ * (each takes at least two bytes of path, "x/"). */
+typedef struct made_dirs {
+  char path[4096];
+  size_t end[4096 / 2]; /* each one is path[0..end[i]) */
+  int n;
+} made_dirs;
+
+/* mkdir -p dir, recording in *made the directories it creates. -1 with
+ * errno on failure, when *made holds what was created before it. */
+static int make_dirs(const char *dir, made_dirs *made) {
+  char *buf = made->path;
+  made->n = 0;
+  snprintf(buf, sizeof made->path, "%s", dir);
+  if (!*buf) {
+    errno = ENOENT;
+    return -1;
+  }
+  for (char *p = buf + 1;; p++) {
+    if (*p != '/' && *p != 0) continue;
+    char c = *p;
+    *p = 0;
+    if (mkdir(buf, 0777) == 0)
+      made->end[made->n++] = (size_t)(p - buf);
+    else if (errno != EEXIST)
+      return -1;
+    *p = c;
+    if (!c) return 0;
+  }
 }
 
-/* mkdir -p */
-static int make_dirs(const char *dir) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-    *p = '/';
+/* Removes what make_dirs created, deepest first. rmdir removes only empty
+ * directories, so a directory that holds something (a failed nvcc
+ * compile's source, files another process put there) stays. */
+static void remove_made(made_dirs *made) {
+  for (int i = made->n - 1; i >= 0; i--) {
+    made->path[made->end[i]] = 0;
+    rmdir(made->path);
   }
-  return mkdir(buf, 0777) != 0 && errno != EEXIST ? -1 : 0;
+  made->n = 0;
 }
 
 /* Writes `text` as a C string literal (one literal per source line). */
@@ -167,17 +188,13 @@ static int write_cu(FILE *f, const moegen_sources *s, const moegen_gen_options *
 static int write_h(FILE *f, const moegen_sources *s, const moegen_gen_options *o,
                    const unit_bin *b) { return write_text(f, s->h); }
 
-int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt, const char *out_dir,
-                    void (*progress)(const char *line), moegen_error *err) {
-  if (!is_identifier(opt->name))
-    return fail(err, EX_USAGE, "--name %s: not a C identifier", opt->name ? opt->name : "(none)", "");
-  int rc = moegen_config_validate(cfg, err);
-  if (rc) return rc;
-  if (make_dirs(out_dir) != 0)
-    return fail(err, EX_CANTCREAT, "%s: cannot create directory: %s", out_dir, strerror(errno));
+/* Renders, compiles and writes the four files into the existing out_dir. */
+static int generate_into(const moegen_config *cfg, const moegen_gen_options *opt,
+                         const char *out_dir, void (*progress)(const char *line),
+                         moegen_error *err) {
   moegen_sources src;
   say(progress, "rendering %s for %s", opt->name, opt->arch);
-  rc = moegen_render(cfg, opt, &src, err);
+  int rc = moegen_render(cfg, opt, &src, err);
   if (rc) return rc;
   /* Say what the module will lack: its ops fail at run time, not here. */
   if (!moegen_abi_present(&src.image, "moegen_gemm1_fwd"))
@@ -207,12 +224,12 @@ int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt, con
              (int)getpid());
     FILE *f = fopen(tmp[i], "w");
     if (!f) {
-      rc = fail(err, EX_CANTCREAT, "%s: cannot write: %s", tmp[i], strerror(errno));
+      rc = fail(err, EX_CANTCREAT, "%s: cannot write: %s", dst[i], strerror(errno));
       break;
     }
     written = i + 1;
     int bad = files[i].write(f, &src, opt, bins);
-    if (fclose(f) != 0 || bad) rc = fail(err, EX_IOERR, "%s: write failed: %s", tmp[i], strerror(errno));
+    if (fclose(f) != 0 || bad) rc = fail(err, EX_IOERR, "%s: write failed: %s", dst[i], strerror(errno));
   }
   for (int i = 0; i < written; i++) {
     if (rc == 0 && rename(tmp[i], dst[i]) != 0)
@@ -222,5 +239,30 @@ int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt, con
   if (rc == 0) say(progress, "wrote %s/%s.{cu,h,c,json}", out_dir, opt->name);
   for (int u = 0; u < MOEGEN_UNIT_COUNT; u++) free(bins[u].data);
   moegen_sources_free(&src);
+  return rc;
+}
+
+int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt, const char *out_dir,
+                    void (*progress)(const char *line), moegen_error *err) {
+  const char *why = moegen_name_problem(opt->name);
+  if (why) return fail(err, EX_USAGE, "module name \"%.40s\": %s", opt->name ? opt->name : "", why);
+  char reason[700];
+  if (moegen_arch_problem(opt->arch, opt->compile, reason, sizeof reason))
+    return fail(err, EX_USAGE, "arch \"%.40s\": %s", opt->arch ? opt->arch : "", reason);
+  int rc = moegen_config_validate(cfg, err);
+  if (rc) return rc;
+  /* The longest path written: DIR/.NAME.json.tmp.PID (and nvcc's DIR/.NAME.PID.cubin). */
+  if (strlen(out_dir) + strlen(opt->name) + 32 >= sizeof ((made_dirs *)0)->path)
+    return fail(err, EX_CANTCREAT, "%.200s...: output directory path too long (%s)", out_dir,
+                strerror(ENAMETOOLONG));
+  made_dirs made;
+  struct stat st;
+  if (make_dirs(out_dir, &made) != 0)
+    rc = fail(err, EX_CANTCREAT, "%s: cannot create directory: %s", out_dir, strerror(errno));
+  else if (stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    rc = fail(err, EX_CANTCREAT, "%s: not a directory%s", out_dir, "");
+  else
+    rc = generate_into(cfg, opt, out_dir, progress, err);
+  if (rc) remove_made(&made);
   return rc;
 }

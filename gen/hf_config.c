@@ -5,7 +5,8 @@
  * architectures). A family fixes the routing facts its config.json does not
  * spell out (SPEC.md section 7: score function, groups, bias, scaling) and
  * names the keys that hold the sizes; the keys a file has then override
- * those facts. Keys the file lacks leave the config as it was; keys moegen
+ * those facts. Keys the file lacks leave the config as it was (a size no
+ * earlier source set then has the file as its origin); keys moegen
  * does not know are ignored. Origins point at the line of each key (the
  * first line of the text that holds "key"), facts at the model_type line.
  *
@@ -239,7 +240,14 @@ static int get_string(hf_load *h, const json_t *obj, const char *key, const char
   return 0;
 }
 
-/* Applies one number key (the first alias the file has). */
+/* Whether field f is one of the sizes every model has (E, K, H, F). */
+static bool is_size(moegen_field f) {
+  return f == MOEGEN_F_EXPERTS || f == MOEGEN_F_TOPK || f == MOEGEN_F_HIDDEN || f == MOEGEN_F_FFN;
+}
+
+/* Applies one number key (the first alias the file has). A size the file
+ * lacks keeps its value, and its origin becomes the file (line 0) unless
+ * an earlier source set it: validation then blames the file. */
 static int apply_number(hf_load *h, const hf_number *num) {
   const char *key = NULL;
   json_t *v = NULL;
@@ -251,6 +259,11 @@ static int apply_number(hf_load *h, const hf_number *num) {
     } else if (x && !json_equal(x, v)) {
       return hf_fail(h, EX_DATAERR, num->keys[i], "disagrees with %s", key);
     }
+  }
+  moegen_origin *origin = &h->cfg->origin[num->field];
+  if (!v && is_size(num->field) && strcmp(origin->file, MOEGEN_ORIGIN_DEFAULT) == 0) {
+    snprintf(origin->file, sizeof origin->file, "%s", h->path);
+    origin->line = 0;
   }
   if (!v) return 0;
   char *p = (char *)h->cfg + num->offset;
@@ -379,7 +392,9 @@ static int apply_torch_dtype(hf_load *h) {
   return 0;
 }
 
-/* name: the file name without ".json"; for "config.json", the model_type. */
+/* name: the file name without ".json"; for "config.json", the model_type.
+ * A longer one is cut to the 63 bytes a name holds, at a UTF-8 character
+ * boundary (validation rejects a file name that is not UTF-8). */
 static void apply_name(hf_load *h) {
   const char *base = strrchr(h->path, '/') ? strrchr(h->path, '/') + 1 : h->path;
   size_t len = strlen(base);
@@ -388,6 +403,8 @@ static void apply_name(hf_load *h) {
     base = h->family->model_types[0];
     len = strlen(base);
   }
+  if (len >= sizeof h->cfg->name) len = sizeof h->cfg->name - 1;
+  while (len > 0 && ((unsigned char)base[len] & 0xc0) == 0x80) len--;
   snprintf(h->cfg->name, sizeof h->cfg->name, "%.*s", (int)len, base);
   snprintf(h->cfg->origin[MOEGEN_F_NAME].file, sizeof h->cfg->origin[0].file, "%s", h->path);
   h->cfg->origin[MOEGEN_F_NAME].line = 0;

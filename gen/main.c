@@ -38,10 +38,12 @@ static const option_desc options[OPT_COUNT] = {
                        "Mixtral, gpt-oss, Llama-4)"},
     [OPT_SET] = {"--set", "KEY=VALUE", "set one config key (repeatable; booleans are true/false)"},
     [OPT_NAME] = {"--name", "NAME",
-                  "module name, a C identifier: prefixes the output files and C symbols"},
+                  "module name: prefixes the output files and C symbols; a C identifier of at "
+                  "most 63 characters, not a keyword, not starting with _ or moegen_"},
     [OPT_OUT] = {"--out", "DIR", "output directory (created if missing)"},
-    [OPT_ARCH] = {"--arch", "ARCH", "GPU architecture, sm_NN with an optional a/f suffix "
-                                    "(default " MOEGEN_DEFAULT_ARCH ")"},
+    [OPT_ARCH] = {"--arch", "ARCH",
+                  "GPU architecture: sm_XY or sm_XYZ (sm_50 to sm_199), optionally with a (from "
+                  "sm_90) or f (from sm_100); for nvrtc and jit, one NVRTC supports (default " MOEGEN_DEFAULT_ARCH ")"},
     [OPT_COMPILE] = {"--compile", "MODE",
                      "nvcc: nvcc -cubin now; nvrtc (default): NVRTC in-process now; jit: embed "
                      "the source, NVRTC compiles it at first use (cached)"},
@@ -159,9 +161,11 @@ static void print_help(FILE *f) {
         "  66  EX_NOINPUT: a config file cannot be read\n"
         "  69  EX_UNAVAILABLE: nvcc or NVRTC is not available\n"
         "  70  EX_SOFTWARE: the kernel compile failed, or an internal error\n"
-        "  71  EX_OSERR: out of memory or a failed system call\n"
-        "  73  EX_CANTCREAT: an output directory or file cannot be created\n"
-        "  74  EX_IOERR: writing an output file failed\n"
+        "  71  EX_OSERR: out of memory (NVRTC's too) or a failed system call\n"
+        "  73  EX_CANTCREAT: an output directory or file cannot be created (--out\n"
+        "      names a file, a directory without write permission, ...)\n"
+        "  74  EX_IOERR: writing an output file or stdout failed\n"
+        "a failure leaves no output: no file, and no directory that moegen created\n"
         "  78  EX_CONFIG: a well-formed but invalid config (e.g. topk > experts)\n",
         f);
 }
@@ -246,22 +250,6 @@ static int print_config(const moegen_config *cfg, moegen_error *err) {
 
 /* ---------------------------------------------------------------- generation */
 
-static bool is_identifier(const char *s) {
-  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
-  for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '_'))
-      return false;
-  return true;
-}
-
-/* sm_NN with an optional a or f suffix. */
-static bool is_arch(const char *s) {
-  if (strncmp(s, "sm_", 3) != 0 || !(s[3] >= '0' && s[3] <= '9')) return false;
-  for (s += 3; *s >= '0' && *s <= '9'; s++) continue;
-  return s[0] == 0 || ((s[0] == 'a' || s[0] == 'f') && s[1] == 0);
-}
-
 static int compile_mode(const char *s, moegen_compile_mode *mode) {
   static const char *const names[] = {"nvcc", "nvrtc", "jit"};
   for (int i = 0; i < 3; i++)
@@ -314,12 +302,15 @@ static int gen_options(const cli *o, moegen_gen_options *opt, moegen_error *err)
   const char *mode = o->value[OPT_COMPILE] ? o->value[OPT_COMPILE] : "nvrtc";
   if (!o->value[OPT_NAME]) return fail(err, EX_USAGE, "missing --name NAME");
   if (!o->value[OPT_OUT]) return fail(err, EX_USAGE, "missing --out DIR");
-  if (!is_identifier(o->value[OPT_NAME]))
-    return fail(err, EX_USAGE, "--name \"%s\": not a C identifier", o->value[OPT_NAME]);
-  if (!is_arch(arch)) return fail(err, EX_USAGE, "--arch \"%s\": expected sm_NN, sm_NNa or sm_NNf", arch);
+  const char *name = o->value[OPT_NAME], *why = moegen_name_problem(name);
+  if (why)
+    return fail(err, EX_USAGE, "--name \"%.40s%s\": %s", name, strlen(name) > 40 ? "..." : "", why);
   if (compile_mode(mode, &opt->compile) != 0)
     return fail(err, EX_USAGE, "--compile \"%s\": expected nvcc, nvrtc or jit", mode);
-  opt->name = o->value[OPT_NAME];
+  char reason[700];
+  if (moegen_arch_problem(arch, opt->compile, reason, sizeof reason))
+    return fail(err, EX_USAGE, "--arch \"%.40s\": %s", arch, reason);
+  opt->name = name;
   opt->arch = arch;
   opt->nvcc = MOEGEN_NVCC_PATH[0] ? MOEGEN_NVCC_PATH : NULL;
   return 0;

@@ -18,6 +18,7 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "float_literal.h"
 #include "render.h"
 
 #define HOOK_STEP 10000            /* VM instructions between two hook calls */
@@ -160,9 +161,24 @@ static int sandbox_include(lua_State *L) {
   return 1;
 }
 
+/* float_literal(x): x rounded to a float, spelled as a C99 hexadecimal
+ * literal with an f suffix ("0x1.4p+1f") that reads back to exactly that
+ * float; an error if x does not round to a normal float. Every floating
+ * value a template writes into kernel source goes through it. */
+static int sandbox_float_literal(lua_State *L) {
+  double d = luaL_checknumber(L, 1);
+  float f;
+  char text[MOEGEN_FLOAT_LITERAL_SIZE];
+  if (!moegen_float_of(d, &f))
+    return luaL_error(L, "float_literal(%f): does not round to a normal float", d);
+  moegen_float_literal(f, text, sizeof text);
+  lua_pushstring(L, text);
+  return 1;
+}
+
 /* Builds the template environment shared by all calls (the whitelisted base
- * functions and include; cfg, opt and results are added to it later) and
- * stores it at registry[ENV_KEY]. */
+ * functions, include and float_literal; cfg, opt and results are added to
+ * it later) and stores it at registry[ENV_KEY]. */
 static void build_env(lua_State *L) {
   const char *const *n;
   lua_newtable(L);
@@ -172,6 +188,8 @@ static void build_env(lua_State *L) {
   }
   lua_pushcfunction(L, sandbox_include);
   lua_setfield(L, -2, "include");
+  lua_pushcfunction(L, sandbox_float_literal);
+  lua_setfield(L, -2, "float_literal");
   lua_setfield(L, LUA_REGISTRYINDEX, ENV_KEY);
 }
 

@@ -28,6 +28,8 @@ typedef struct nvrtc_api {
   nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram p, size_t *size);
   nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram p, char *cubin);
   nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *p);
+  nvrtcResult (*nvrtcGetNumSupportedArchs)(int *n);
+  nvrtcResult (*nvrtcGetSupportedArchs)(int *archs);
 } nvrtc_api;
 
 typedef struct symbol {
@@ -41,6 +43,7 @@ static const symbol symbols[] = {
     SYMBOL(nvrtcVersion),        SYMBOL(nvrtcGetErrorString),    SYMBOL(nvrtcCreateProgram),
     SYMBOL(nvrtcCompileProgram), SYMBOL(nvrtcGetProgramLogSize), SYMBOL(nvrtcGetProgramLog),
     SYMBOL(nvrtcGetCUBINSize),   SYMBOL(nvrtcGetCUBIN),          SYMBOL(nvrtcDestroyProgram),
+    SYMBOL(nvrtcGetNumSupportedArchs), SYMBOL(nvrtcGetSupportedArchs),
 };
 
 /* Options per arch NVRTC 13 accepts (nvrtcGetSupportedArchs plus the 'a'
@@ -118,6 +121,36 @@ const char *const *moegen_nvrtc_options_for(const char *arch) {
 moegen_status moegen_nvrtc_version(int *major, int *minor) {
   pthread_once(&g_once, load_nvrtc);
   if (!g_loaded || g_api.nvrtcVersion(major, minor) != NVRTC_SUCCESS) return MOEGEN_ERR_NO_NVRTC;
+  return MOEGEN_OK;
+}
+
+moegen_status moegen_nvrtc_archs(char *buf, size_t size) {
+  pthread_once(&g_once, load_nvrtc);
+  if (!g_loaded) {
+    snprintf(buf, size, "%s", g_why);
+    return MOEGEN_ERR_NO_NVRTC;
+  }
+  int n = 0, numbers[64];
+  if (g_api.nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n < 0 ||
+      n > (int)(sizeof numbers / sizeof numbers[0]) ||
+      g_api.nvrtcGetSupportedArchs(numbers) != NVRTC_SUCCESS) {
+    snprintf(buf, size, "nvrtcGetSupportedArchs failed");
+    return MOEGEN_ERR_NO_NVRTC;
+  }
+  size_t len = 0;
+  if (size > 0) buf[0] = 0;
+  for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++) {
+    int number = atoi(arch_table[i].arch + 3), listed = 0;
+    for (int j = 0; j < n; j++) listed |= numbers[j] == number;
+    if (!listed) continue;
+    int w = snprintf(buf + len, len < size ? size - len : 0, "%s%s", len ? " " : "",
+                     arch_table[i].arch);
+    if (w < 0 || len + (size_t)w >= size) { /* keep only whole names */
+      if (len < size) buf[len] = 0;
+      break;
+    }
+    len += (size_t)w;
+  }
   return MOEGEN_OK;
 }
 

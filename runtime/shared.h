@@ -48,6 +48,17 @@ moegen_status moegen_nvrtc_compile(const char *source, size_t source_size, const
                                    const char *arch, int verbose, unsigned char **cubin,
                                    size_t *cubin_size, char **log);
 
+/* NVRTC version (e.g. 13, 0), or MOEGEN_ERR_NO_NVRTC. */
+moegen_status moegen_nvrtc_version(int *major, int *minor);
+
+/* The GPU architectures moegen_nvrtc_compile can compile for with the NVRTC
+ * it loads: those of its options table ("sm_90a", ...) whose number
+ * nvrtcGetSupportedArchs lists, space-separated into buf ("sm_75 sm_80
+ * sm_86 ..."; cut at a name boundary if buf is short). Needs no GPU.
+ * MOEGEN_ERR_NO_NVRTC, with the reason in buf, if NVRTC cannot be loaded or
+ * does not answer. Thread-safe. */
+moegen_status moegen_nvrtc_archs(char *buf, size_t size);
+
 /* Hex SHA-256 digest (65 bytes with the NUL) of one buffer. */
 void moegen_sha256_hex(const void *data, size_t n, char out[65]);
 

@@ -30,9 +30,12 @@ typedef enum moegen_field {
   MOEGEN_F_COUNT
 } moegen_field;
 
-/* Where a field's value came from: a file and 1-based line, or a pseudo file
+/* Where a field's value came from: a file and 1-based line (0: the file as
+ * a whole, e.g. a size a Hugging Face config.json lacks), or a pseudo file
  * such as "<preset deepseek-v3>", "<default>" or "<command line>" (line =
- * argument position). */
+ * argument position; messages say "command-line argument N"). */
+#define MOEGEN_ORIGIN_DEFAULT "<default>" /* the origin file of a field no source set */
+
 typedef struct moegen_origin {
   char file[256];
   int line;
@@ -70,9 +73,10 @@ void moegen_config_defaults(moegen_config *c);
 /* Applies a Lua config file: a text chunk that returns a table of config
  * keys, run in a sandbox whose environment holds only `math` (without
  * random), under memory and instruction caps. Unknown keys, wrong types and
- * malformed files are errors (EX_DATAERR; EX_CONFIG for an unknown score or
- * dtype name or a name over 63 characters; EX_NOINPUT if the file cannot be
- * read). On error `c` is unchanged. */
+ * malformed files are errors (EX_DATAERR, also for a name that is not UTF-8;
+ * EX_CONFIG for an unknown score or dtype name or a name over 63 bytes or
+ * with a control character; EX_NOINPUT if the file cannot be read). On
+ * error `c` is unchanged. */
 int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err);
 
 /* Applies a Hugging Face config.json (DeepSeek-V3/Kimi-K2, Qwen3-MoE, Mixtral,
@@ -91,7 +95,8 @@ const char *const *moegen_preset_names(void);
 /* Applies one `key=value` override; `argpos` is the argument's position on
  * the command line (recorded as the origin line). Booleans are true/false.
  * EX_USAGE without '=' or for an unknown key, EX_DATAERR for a value of the
- * wrong type, EX_CONFIG for an unknown score/dtype name or a long name. */
+ * wrong type or a name that is not UTF-8, EX_CONFIG for an unknown
+ * score/dtype name or a long name. */
 int moegen_config_set(moegen_config *c, const char *assignment, int argpos, moegen_error *err);
 
 /* Checks every field and every cross-field rule (K <= E, E % groups == 0,

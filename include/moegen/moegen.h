@@ -24,12 +24,32 @@ typedef enum moegen_compile_mode {
 } moegen_compile_mode;
 
 typedef struct moegen_gen_options {
-  const char *name;         /* module name, a C identifier ("ds3") */
-  const char *arch;         /* "sm_90a" (default), "sm_90", "sm_80", ... */
+  const char *name;         /* module name ("ds3"; see moegen_name_problem) */
+  const char *arch;         /* "sm_90a" (default), "sm_90", ...; see moegen_arch_problem */
   moegen_compile_mode compile;
   const char *command_line; /* written at the top of every generated file */
   const char *nvcc;         /* nvcc path for MOEGEN_COMPILE_NVCC; NULL = "nvcc" */
 } moegen_gen_options;
+
+/* The longest module name, in characters. */
+#define MOEGEN_MAX_NAME 63
+
+/* Why `name` cannot name a module, or NULL if it can. A module name must
+ * be a C identifier of at most MOEGEN_MAX_NAME characters that does not
+ * start with '_' (NAME_EXPERTS would be reserved), is not a C or C++
+ * keyword, and is neither "moegen" nor "moegen_..." in any letter case (its
+ * symbols NAME_image, NAME_module_create, NAME_EXPERTS, ... would fall
+ * among the runtime's moegen_* and MOEGEN_* names). The reason is a static
+ * string such as "not a C identifier". */
+const char *moegen_name_problem(const char *name);
+
+/* Checks `arch` for a compile mode before anything is rendered: it must be
+ * sm_XY or sm_XYZ from sm_50 to sm_199 with an optional a (from sm_90) or f
+ * (from sm_100) suffix, and for MOEGEN_COMPILE_NVRTC and MOEGEN_COMPILE_JIT,
+ * when NVRTC can be loaded, one this NVRTC compiles for (nvcc reports its
+ * own). Returns 0, or EX_USAGE with what is accepted in why (size bytes;
+ * the message does not repeat arch). */
+int moegen_arch_problem(const char *arch, moegen_compile_mode mode, char *why, size_t size);
 
 /* The rendered module: sources and the launch plan. */
 typedef struct moegen_sources {
@@ -55,8 +75,13 @@ void moegen_sources_free(moegen_sources *s);
 const char *const *moegen_nvrtc_options(const char *arch);
 
 /* Renders, compiles (per opt->compile) and writes DIR/NAME.{cu,h,c,json}.
- * Files are written to temporaries and renamed, so an error leaves no
- * partial output. `progress` (may be NULL) receives one line per step. */
+ * Checks opt->name and opt->arch (moegen_name_problem, moegen_arch_problem:
+ * EX_USAGE) and the config before anything is created. out_dir and its
+ * missing parents are created (EX_CANTCREAT if that fails or out_dir is
+ * not a directory). Files are written to temporaries and renamed, so an
+ * error leaves no partial output, and the directories this call created
+ * are removed again (a failed nvcc compile keeps its source there, and so
+ * the directory). `progress` (may be NULL) receives one line per step. */
 int moegen_generate(const moegen_config *cfg, const moegen_gen_options *opt,
                     const char *out_dir, void (*progress)(const char *line),
                     moegen_error *err);

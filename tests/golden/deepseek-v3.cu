@@ -251,7 +251,7 @@ template <class P> struct Kernel {
   static constexpr bool HAS_BIAS = true;
   static constexpr bool QB = false; // quantile balancing (SPEC 3)
   static constexpr int PICKS = QB ? K + 1 : K; // picks: QB's (K+1)-th is the cutoff
-  static constexpr float SCALING = 2.500000000e+00f;
+  static constexpr float SCALING = 0x1.4p+1f;
   static constexpr float EPSILON = 1e-20f;
   typedef typename P::logit_t logit_t;
   typedef typename P::mask_t mask_t; // one bit per position of a lane
@@ -836,7 +836,7 @@ constexpr int NBYTES = (E + 7) / 8;             // bitmap bytes per token
 enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
 constexpr int SCORE = 0;
 constexpr bool PRE_SOFTMAX = false;
-constexpr float SCALING = 2.500000000e+00f;
+constexpr float SCALING = 0x1.4p+1f;
 constexpr float EPSILON = 1e-20f;
 typedef bf16_t logit_t;
 typedef u32 mask_t; // one bit per expert of a lane

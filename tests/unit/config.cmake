@@ -13,26 +13,37 @@ set(MOEGEN_CLI_EXPECT ${CMAKE_CURRENT_SOURCE_DIR}/unit/configs/cli_expect.cmake)
 set(MOEGEN_CLI_CONFIGS ${CMAKE_CURRENT_SOURCE_DIR}/unit/configs)
 set(MOEGEN_CLI_OUT ${CMAKE_CURRENT_BINARY_DIR}/cli_out)
 
-# moegen_cli_test(NAME RC rc [OUT re...] [ERR re...] [ABSENT path] [PRESENT path...] ARGS a...)
+# moegen_cli_test(NAME RC rc [OUT re...] [ERR re...] [ABSENT path] [PRESENT path...]
+#                 [MKDIR dir...] [STDOUT_FILE path] [ENV VAR=value...] ARGS a...)
+# (see unit/configs/cli_expect.cmake; ENV sets the test's environment)
 function(moegen_cli_test name)
-  cmake_parse_arguments(T "" "RC;ABSENT" "OUT;ERR;PRESENT;ARGS" ${ARGN})
+  cmake_parse_arguments(T "" "RC;ABSENT;STDOUT_FILE" "OUT;ERR;PRESENT;MKDIR;ENV;ARGS" ${ARGN})
   list(JOIN T_OUT "$<SEMICOLON>" out)
   list(JOIN T_ERR "$<SEMICOLON>" err)
   list(JOIN T_PRESENT "$<SEMICOLON>" present)
+  list(JOIN T_MKDIR "$<SEMICOLON>" mkdir)
   list(JOIN T_ARGS "$<SEMICOLON>" args)
   add_test(NAME ${name}
     COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:moegen>$<SEMICOLON>${args}" -DRC=${T_RC}
       "-DOUT=${out}" "-DERR=${err}" "-DABSENT=${T_ABSENT}" "-DPRESENT=${present}"
-      -P ${MOEGEN_CLI_EXPECT})
-  set_tests_properties(${name} PROPERTIES LABELS unit)
+      "-DMKDIR=${mkdir}" "-DSTDOUT_FILE=${T_STDOUT_FILE}" -P ${MOEGEN_CLI_EXPECT})
+  set_tests_properties(${name} PROPERTIES LABELS unit ENVIRONMENT "${T_ENV}")
 endfunction()
+
+# A stand-in libnvrtc.so.13 (MOEGEN_LIBNVRTC) whose compiles fail the way
+# $FAKE_NVRTC says, and which supports only sm_75, sm_80 and sm_90: it
+# drives the compile failure and arch paths without depending on the
+# installed NVRTC.
+add_library(moegen_fake_nvrtc SHARED unit/fake_nvrtc.c)
+set(MOEGEN_FAKE_NVRTC MOEGEN_LIBNVRTC=$<TARGET_FILE:moegen_fake_nvrtc>)
 
 moegen_cli_test(cli_config_help RC 0 ARGS --help
   OUT "usage: moegen" "CONFIG\\.lua" "--preset NAME" "--hf-config FILE" "--set KEY=VALUE"
       "--name NAME" "--out DIR" "--arch ARCH" "--compile MODE" "--list-presets" "--print-config"
       "--help" "--version" "--preset, then\n--hf-config, then CONFIG\\.lua, then each --set"
       "DIR/NAME\\.cu" "DIR/NAME\\.h" "DIR/NAME\\.c" "DIR/NAME\\.json" "64  EX_USAGE"
-      "65  EX_DATAERR" "66  EX_NOINPUT" "78  EX_CONFIG")
+      "65  EX_DATAERR" "66  EX_NOINPUT" "69  EX_UNAVAILABLE" "70  EX_SOFTWARE" "71  EX_OSERR"
+      "73  EX_CANTCREAT" "74  EX_IOERR" "78  EX_CONFIG")
 moegen_cli_test(cli_config_version RC 0 ARGS --version OUT "^moegen ${PROJECT_VERSION}\n$")
 moegen_cli_test(cli_config_list_presets RC 0 ARGS --list-presets
   OUT "^deepseek-v3\nkimi-k2\nqwen3-30b-a3b\nqwen3-235b-a22b\nmixtral-8x7b\ngpt-oss-120b\nllama4-maverick\n$")
@@ -52,13 +63,13 @@ moegen_cli_test(cli_config_missing_value RC 64 ARGS --print-config --preset
 moegen_cli_test(cli_config_unknown_preset RC 64 ARGS --print-config --preset nope
   ERR "^moegen: unknown preset \"nope\"")
 moegen_cli_test(cli_config_bad_set RC 64 ARGS --print-config --preset kimi-k2 --set topk
-  ERR "^moegen: <command line>:5: expected key=value, got \"topk\"\n")
+  ERR "^moegen: command-line argument 5: expected key=value, got \"topk\"\n")
 moegen_cli_test(cli_config_bad_name RC 64 ABSENT ${MOEGEN_CLI_OUT}/bad_name
   ARGS --preset deepseek-v3 --name 1x --out ${MOEGEN_CLI_OUT}/bad_name
   ERR "^moegen: --name \"1x\": not a C identifier\n")
 moegen_cli_test(cli_config_bad_type RC 65 ABSENT ${MOEGEN_CLI_OUT}/bad_type
   ARGS --preset deepseek-v3 --set experts=many --name t --out ${MOEGEN_CLI_OUT}/bad_type
-  ERR "^moegen: <command line>:4: experts: expected an integer, got \"many\"\n$")
+  ERR "^moegen: command-line argument 4: experts: expected an integer, got \"many\"\n$")
 moegen_cli_test(cli_config_bad_config RC 78 ABSENT ${MOEGEN_CLI_OUT}/bad_config
   ARGS ${MOEGEN_CLI_CONFIGS}/bad_topk.lua --name t --out ${MOEGEN_CLI_OUT}/bad_config
   ERR "^moegen: [^\n]*/bad_topk\\.lua:5: topk: 40 exceeds the kernel limit of 32\n$")
@@ -82,3 +93,77 @@ moegen_cli_test(cli_config_generate_notes RC 0
   ERR "\nmoegen: note: no grouped GEMM kernels \\(they need --arch sm_80 or later[^\n]*ops of n return MOEGEN_ERR_NOT_SUPPORTED\n"
       "\nmoegen: note: no permute kernels [^\n]*ops of n return MOEGEN_ERR_NOT_SUPPORTED\n"
   PRESENT ${MOEGEN_CLI_OUT}/notes/n.cu)
+
+# --set with an empty key: the position is that of the argument, said so.
+moegen_cli_test(cli_config_set_empty_key RC 64 ARGS --print-config --preset kimi-k2 --set =3
+  ERR "^moegen: command-line argument 5: expected key=value, got \"=3\" \\(the key is empty\\)\n")
+# A Hugging Face file that lacks a size: the error names the file, not <default>.
+moegen_cli_test(cli_config_hf_missing_size RC 78 ARGS --print-config
+  --hf-config ${MOEGEN_CLI_CONFIGS}/hf_missing_hidden.json
+  ERR "^moegen: [^\n]*/hf_missing_hidden\\.json: hidden: must be > 0, got 0\n$")
+# The config name must be UTF-8 (it goes into NAME.json); checked before rendering.
+moegen_cli_test(cli_config_name_utf8 RC 65 ABSENT ${MOEGEN_CLI_OUT}/utf8
+  ARGS ${MOEGEN_CLI_CONFIGS}/bad_utf8_name.lua --name t --out ${MOEGEN_CLI_OUT}/utf8 --compile jit
+  ERR "^moegen: [^\n]*/bad_utf8_name\\.lua:7: name: not valid UTF-8 \\(byte 0xe9 at offset 3\\)\n$")
+
+# Module names: checked before anything is rendered or written.
+moegen_cli_test(cli_config_name_runtime RC 64 ABSENT ${MOEGEN_CLI_OUT}/name_moegen
+  ARGS --preset kimi-k2 --name moegen --out ${MOEGEN_CLI_OUT}/name_moegen --compile jit
+  ERR "^moegen: --name \"moegen\": reserved: its symbols \\(NAME_image, NAME_module_create, NAME_EXPERTS, \\.\\.\\.\\) would fall among the runtime's moegen_\\* and MOEGEN_\\* names\n")
+moegen_cli_test(cli_config_name_runtime_prefix RC 64 ABSENT ${MOEGEN_CLI_OUT}/name_prefix
+  ARGS --preset kimi-k2 --name MoeGen_x --out ${MOEGEN_CLI_OUT}/name_prefix --compile jit
+  ERR "^moegen: --name \"MoeGen_x\": reserved: ")
+moegen_cli_test(cli_config_name_keyword RC 64 ABSENT ${MOEGEN_CLI_OUT}/name_keyword
+  ARGS --preset kimi-k2 --name class --out ${MOEGEN_CLI_OUT}/name_keyword --compile jit
+  ERR "^moegen: --name \"class\": a C or C\\+\\+ keyword\n")
+string(REPEAT "a" 5000 long_name)
+moegen_cli_test(cli_config_name_long RC 64 ABSENT ${MOEGEN_CLI_OUT}/name_long
+  ARGS --preset kimi-k2 --name ${long_name} --out ${MOEGEN_CLI_OUT}/name_long --compile jit
+  ERR "^moegen: --name \"a+\\.\\.\\.\": longer than 63 characters\n")
+
+# --arch: the form and range, then (NVRTC and JIT) the archs NVRTC supports.
+moegen_cli_test(cli_config_arch_form RC 64 ABSENT ${MOEGEN_CLI_OUT}/arch_form
+  ARGS --preset kimi-k2 --name x --arch sm_1 --out ${MOEGEN_CLI_OUT}/arch_form
+  ERR "^moegen: --arch \"sm_1\": expected sm_XY or sm_XYZ from sm_50 to sm_199, with an optional a \\(from sm_90\\) or f \\(from sm_100\\) suffix\n")
+moegen_cli_test(cli_config_arch_range RC 64 ABSENT ${MOEGEN_CLI_OUT}/arch_range
+  ARGS --preset kimi-k2 --name x --arch sm_999999999999 --out ${MOEGEN_CLI_OUT}/arch_range
+       --compile jit
+  ERR "^moegen: --arch \"sm_999999999999\": expected sm_XY")
+moegen_cli_test(cli_config_arch_suffix RC 64 ARGS --preset kimi-k2 --name x --arch sm_80a
+  --out ${MOEGEN_CLI_OUT}/arch_suffix --compile nvcc ERR "^moegen: --arch \"sm_80a\": expected sm_XY")
+moegen_cli_test(cli_config_arch_nvrtc RC 64 ABSENT ${MOEGEN_CLI_OUT}/arch_nvrtc ENV ${MOEGEN_FAKE_NVRTC}
+  ARGS --preset kimi-k2 --name x --arch sm_100 --out ${MOEGEN_CLI_OUT}/arch_nvrtc --compile jit
+  ERR "^moegen: --arch \"sm_100\": NVRTC 13\\.0 compiles for sm_75 sm_80 sm_90 sm_90a\n")
+
+# Failures leave no output directory that moegen created, and keep one that
+# existed. With the tests above, every exit status --help lists is produced:
+# 0 (cli_config_help), 64 (cli_config_bad_option), 65 (cli_config_bad_type),
+# 66 (cli_config_no_input), 78 (cli_config_bad_config) and these: 69, 70,
+# 71, 73, 74.
+moegen_cli_test(cli_config_no_nvrtc RC 69 ABSENT ${MOEGEN_CLI_OUT}/no_nvrtc
+  ENV MOEGEN_LIBNVRTC=${MOEGEN_CLI_OUT}/no_such_libnvrtc.so.13
+  ARGS --preset kimi-k2 --name x --out ${MOEGEN_CLI_OUT}/no_nvrtc/a/b
+  ERR "\nmoegen: NVRTC is not available: cannot load NVRTC [^\n]*/no_such_libnvrtc\\.so\\.13")
+moegen_cli_test(cli_config_compile_fails RC 70 ABSENT ${MOEGEN_CLI_OUT}/compile_fails
+  ENV ${MOEGEN_FAKE_NVRTC}
+  ARGS --preset kimi-k2 --name x --arch sm_90 --out ${MOEGEN_CLI_OUT}/compile_fails/a/b
+  ERR "\nmoegen: NVRTC failed on x\\.cu:\nfake NVRTC: this library compiles nothing\n")
+moegen_cli_test(cli_config_compile_fails_dir_kept RC 70 ENV ${MOEGEN_FAKE_NVRTC}
+  MKDIR ${MOEGEN_CLI_OUT}/compile_kept PRESENT ${MOEGEN_CLI_OUT}/compile_kept
+  ARGS --preset kimi-k2 --name x --arch sm_90 --out ${MOEGEN_CLI_OUT}/compile_kept
+  ERR "\nmoegen: NVRTC failed on x\\.cu:\n")
+moegen_cli_test(cli_config_compile_oom RC 71 ABSENT ${MOEGEN_CLI_OUT}/compile_oom
+  ENV ${MOEGEN_FAKE_NVRTC} FAKE_NVRTC=oom
+  ARGS --preset kimi-k2 --name x --arch sm_90 --out ${MOEGEN_CLI_OUT}/compile_oom
+  ERR "\nmoegen: NVRTC ran out of memory on x\\.cu: nvrtcCreateProgram\\(x\\.cu\\): NVRTC_ERROR_OUT_OF_MEMORY\n")
+moegen_cli_test(cli_config_out_file RC 73
+  ARGS --preset kimi-k2 --name x --out ${MOEGEN_CLI_CONFIGS}/good.lua --compile jit
+  ERR "^moegen: [^\n]*/configs/good\\.lua: not a directory\n$")
+moegen_cli_test(cli_config_stdout_full RC 74 STDOUT_FILE /dev/full
+  ARGS --print-config --preset kimi-k2 ERR "^moegen: cannot write to stdout")
+# An --out longer than a path may be (in components of 10 bytes) is refused
+# before any directory is made, not cut short.
+string(REPEAT "dddddddddd/" 400 long_dir)
+moegen_cli_test(cli_config_out_too_long RC 73 ABSENT ${MOEGEN_CLI_OUT}/dddddddddd
+  ARGS --preset kimi-k2 --name x --out ${MOEGEN_CLI_OUT}/${long_dir} --compile jit
+  ERR "^moegen: [^\n]*/cli_out/[d/]+\\.\\.\\.: output directory path too long \\(File name too long\\)\n$")

@@ -7,3 +7,6 @@ set_tests_properties(test_generate PROPERTIES TIMEOUT 900)
 # are found.
 moegen_add_test(test_image SOURCES unit/test_image.c LABELS unit LIBS ${CMAKE_DL_LIBS})
 target_compile_definitions(test_image PRIVATE MOEGEN_SOURCE_DIR_DEFAULT="${CMAKE_SOURCE_DIR}")
+# scaling in the type the kernels use: validation range, exact float
+# literals, NVRTC compiles of the extreme values (router units).
+moegen_add_test(test_scaling SOURCES unit/test_scaling.c LABELS unit)

@@ -257,6 +257,34 @@ static void test_hf_errors(void) {
                   "%s:2: text_config: expected an object", "text_config type");
   expect_hf_error(NULL, "{\"model_type\": \"mixtral\",\n\"hidden_size\": NaN}\n", EX_DATAERR,
                   "%s:2: hidden_size: expected an integer", "NaN integer");
+  /* A size the file lacks (and no earlier source set) fails validation naming
+   * the file, not "<default>"; one an earlier source set keeps its origin. */
+  const char *p = temp_file("{\"model_type\": \"mixtral\",\n\"num_local_experts\": 8,\n"
+                            "\"num_experts_per_tok\": 2,\n\"intermediate_size\": 64}\n",
+                            ".json");
+  char want[4600];
+  snprintf(want, sizeof want, "%s: hidden: must be > 0, got 0", p);
+  moegen_config c;
+  moegen_error err = {0};
+  moegen_config_defaults(&c);
+  CHECK(p && moegen_config_load_hf(&c, p, &err) == 0, "missing hidden_size: %s", err.msg);
+  expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG, want, "missing hidden_size");
+  preset(&c, "mixtral-8x7b");
+  CHECK(moegen_config_load_hf(&c, p, &err) == 0, "missing hidden_size: %s", err.msg);
+  CHECK(c.hidden == 4096 && strcmp(c.origin[MOEGEN_F_HIDDEN].file, "<preset mixtral-8x7b>") == 0,
+        "hidden %d from %s", c.hidden, c.origin[MOEGEN_F_HIDDEN].file);
+  if (p) unlink(p);
+  /* A long file name becomes the name cut at a UTF-8 character boundary:
+   * "moegen_test_config_XXXXXX" (25 bytes) and 12 of the 3-byte euro signs. */
+  p = temp_file("{\"model_type\": \"mixtral\", \"num_local_experts\": 8, \"hidden_size\": 64,\n"
+                "\"intermediate_size\": 64}\n",
+                "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82"
+                "\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac.json");
+  moegen_config_defaults(&c);
+  CHECK(p && moegen_config_load_hf(&c, p, &err) == 0 && strlen(c.name) == 61 &&
+            moegen_config_validate(&c, &err) == 0,
+        "long UTF-8 file name: name %s (%zu bytes): %s", c.name, strlen(c.name), err.msg);
+  if (p) unlink(p);
 }
 
 /* Family facts beyond the seven files: Qwen3's norm_topk_prob default (false,
@@ -428,6 +456,19 @@ static const bad_case bad_cases[] = {
     {"scaling = -1.5,\n", EX_CONFIG, "8: scaling: must be > 0, got -1.5"},
     {"scaling = 1/0,\n", EX_CONFIG, "8: scaling: must be finite, got inf"},
     {"scaling = 0/0,\n", EX_CONFIG, "8: scaling: must be finite"},
+    {"scaling = 1e39,\n", EX_CONFIG,
+     "8: scaling: must round to a normal float (1.17549435e-38 to 3.40282347e+38; the kernels "
+     "compute in float), got 1e+39"},
+    {"scaling = 1e-50,\n", EX_CONFIG, "8: scaling: must round to a normal float"},
+    {"scaling = 1e-320,\n", EX_CONFIG, "8: scaling: must round to a normal float"},
+    {"scaling = 1e-39,\n", EX_CONFIG, "8: scaling: must round to a normal float"},
+    {"name = \"caf\\xe9\",\n", EX_DATAERR, "8: name: not valid UTF-8 (byte 0xe9 at offset 3)"},
+    {"name = \"\\xc0\\xaf\",\n", EX_DATAERR, /* an overlong "/" */
+     "8: name: not valid UTF-8 (byte 0xc0 at offset 0)"},
+    {"name = \"a\\xed\\xa0\\x80\",\n", EX_DATAERR, /* a UTF-16 surrogate */
+     "8: name: not valid UTF-8 (byte 0xed at offset 1)"},
+    {"name = \"ab\\xe2\\x82\",\n", EX_DATAERR, /* cut short */
+     "8: name: not valid UTF-8 (byte 0xe2 at offset 2)"},
     {"dtype = \"fp32\",\n", EX_CONFIG, "8: dtype: must be \"bf16\" or \"fp16\", got \"fp32\""},
     {"shared_experts = -1,\n", EX_CONFIG, "8: shared_experts: must be >= 0, got -1"},
     {"aux_loss_coeff = -0.5,\n", EX_CONFIG, "8: aux_loss_coeff: must be finite and >= 0"},
@@ -504,19 +545,23 @@ static void test_set(void) {
         "set origin %s:%d", c.origin[MOEGEN_F_SCALING].file, c.origin[MOEGEN_F_SCALING].line);
   CHECK(moegen_config_validate(&c, &err) == 0, "set config: %s", err.msg);
   CHECK(moegen_config_set(&c, "name=", 3, &err) == 0 && c.name[0] == 0, "empty name");
+  CHECK(moegen_config_set(&c, "name=caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x98\x80", 3, &err) == 0 &&
+            moegen_config_validate(&c, &err) == 0,
+        "UTF-8 name: %s", err.msg);
   CHECK(moegen_config_set(&c, "expert_bias=false", 3, &err) == 0 && !c.expert_bias, "false");
 
   moegen_config before = c;
   expect_error(moegen_config_set(&c, "experts", 5, &err), &err, EX_USAGE,
-               "<command line>:5: expected key=value, got \"experts\"", "missing =");
+               "command-line argument 5: expected key=value, got \"experts\"", "missing =");
   expect_error(moegen_config_set(&c, "expert=8", 6, &err), &err, EX_USAGE,
-               "<command line>:6: expert: unknown config key", "bad key");
+               "command-line argument 6: expert: unknown config key", "bad key");
   expect_error(moegen_config_set(&c, "=8", 6, &err), &err, EX_USAGE,
-               "<command line>:6: : unknown config key", "empty key");
+               "command-line argument 6: expected key=value, got \"=8\" (the key is empty)",
+               "empty key");
   expect_error(moegen_config_set(&c, "experts=many", 7, &err), &err, EX_DATAERR,
-               "<command line>:7: experts: expected an integer, got \"many\"", "wrong type");
+               "command-line argument 7: experts: expected an integer, got \"many\"", "wrong type");
   expect_error(moegen_config_set(&c, "experts=", 7, &err), &err, EX_DATAERR,
-               "<command line>:7: experts: expected an integer, got \"\"", "empty value");
+               "command-line argument 7: experts: expected an integer, got \"\"", "empty value");
   expect_error(moegen_config_set(&c, "topk=1.5", 7, &err), &err, EX_DATAERR,
                "topk: expected an integer, got 1.5", "fraction");
   expect_error(moegen_config_set(&c, "topk=99999999999", 7, &err), &err, EX_DATAERR,
@@ -530,11 +575,13 @@ static void test_set(void) {
   expect_error(moegen_config_set(&c,
                                  "name=0123456789012345678901234567890123456789012345678901234567890123",
                                  9, &err),
-               &err, EX_CONFIG, "<command line>:9: name: \"", "long name");
+               &err, EX_CONFIG, "command-line argument 9: name: \"", "long name");
+  expect_error(moegen_config_set(&c, "name=caf\xe9", 9, &err), &err, EX_DATAERR,
+               "command-line argument 9: name: not valid UTF-8 (byte 0xe9 at offset 3)", "UTF-8");
   CHECK(memcmp(&c, &before, sizeof c) == 0, "failed sets changed the config");
   CHECK(moegen_config_set(&c, "scaling=inf", 9, &err) == 0, "scaling=inf parses");
   expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG,
-               "<command line>:9: scaling: must be finite, got inf", "inf scaling");
+               "command-line argument 9: scaling: must be finite, got inf", "inf scaling");
 }
 
 /* ---------------------------------------------------------------- to_lua */

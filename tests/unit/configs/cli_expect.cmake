@@ -1,9 +1,12 @@
 # Runs a command and checks its exit status and output (for the CLI tests).
 #   cmake -DCMD=command;arg;... -DRC=N [-DOUT=regex;...] [-DERR=regex;...]
-#         [-DABSENT=path] [-DPRESENT=path;...] -P cli_expect.cmake
+#         [-DABSENT=path] [-DPRESENT=path;...] [-DMKDIR=dir;...] [-DSTDOUT_FILE=path]
+#         -P cli_expect.cmake
 # OUT/ERR: regexes stdout/stderr must each match. ABSENT: a path removed
 # before the run that must still not exist after it. PRESENT: paths removed
-# before the run that must exist after it. (The command goes in CMD, not
+# before the run that must exist after it. MKDIR: directories created (after
+# the removals) before the run. STDOUT_FILE: stdout goes to this file (such
+# as /dev/full) instead of being matched. (The command goes in CMD, not
 # after -P: cmake would take options such as --list-presets.)
 if(NOT CMD)
   message(FATAL_ERROR "cli_expect.cmake: no CMD")
@@ -11,7 +14,16 @@ endif()
 foreach(path IN LISTS ABSENT PRESENT)
   file(REMOVE_RECURSE "${path}")
 endforeach()
-execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+foreach(dir IN LISTS MKDIR)
+  file(MAKE_DIRECTORY "${dir}")
+endforeach()
+if(STDOUT_FILE)
+  execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_FILE "${STDOUT_FILE}"
+    ERROR_VARIABLE err)
+  set(out "")
+else()
+  execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+endif()
 set(problems "")
 if(NOT "${rc}" STREQUAL "${RC}")
   string(APPEND problems "exit status ${rc}, expected ${RC}\n")
