@@ -28,6 +28,8 @@ typedef struct nvrtc_api {
   nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram p, size_t *size);
   nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram p, char *cubin);
   nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *p);
+  nvrtcResult (*nvrtcGetNumSupportedArchs)(int *count);
+  nvrtcResult (*nvrtcGetSupportedArchs)(int *archs);
 } nvrtc_api;
 
 typedef struct symbol {
@@ -41,6 +43,7 @@ static const symbol symbols[] = {
     SYMBOL(nvrtcVersion),        SYMBOL(nvrtcGetErrorString),    SYMBOL(nvrtcCreateProgram),
     SYMBOL(nvrtcCompileProgram), SYMBOL(nvrtcGetProgramLogSize), SYMBOL(nvrtcGetProgramLog),
     SYMBOL(nvrtcGetCUBINSize),   SYMBOL(nvrtcGetCUBIN),          SYMBOL(nvrtcDestroyProgram),
+    SYMBOL(nvrtcGetNumSupportedArchs), SYMBOL(nvrtcGetSupportedArchs),
 };
 
 /* Options per arch NVRTC 13 accepts (nvrtcGetSupportedArchs plus the 'a'
@@ -119,6 +122,29 @@ moegen_status moegen_nvrtc_version(int *major, int *minor) {
   pthread_once(&g_once, load_nvrtc);
   if (!g_loaded || g_api.nvrtcVersion(major, minor) != NVRTC_SUCCESS) return MOEGEN_ERR_NO_NVRTC;
   return MOEGEN_OK;
+}
+
+void moegen_nvrtc_load_error(char *why, size_t size) {
+  pthread_once(&g_once, load_nvrtc);
+  if (size) snprintf(why, size, "%s", g_loaded ? "" : g_why);
+}
+
+moegen_status moegen_nvrtc_supported_archs(int *archs, int max, int *count) {
+  *count = 0;
+  pthread_once(&g_once, load_nvrtc);
+  int n = 0;
+  if (!g_loaded || g_api.nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n < 0)
+    return MOEGEN_ERR_NO_NVRTC;
+  int *all = malloc(sizeof *all * (size_t)(n ? n : 1));
+  if (!all) return MOEGEN_ERR_OUT_OF_MEMORY;
+  moegen_status st = MOEGEN_ERR_NO_NVRTC;
+  if (g_api.nvrtcGetSupportedArchs(all) == NVRTC_SUCCESS) {
+    memcpy(archs, all, sizeof *all * (size_t)(n < max ? n : max));
+    *count = n;
+    st = MOEGEN_OK;
+  }
+  free(all);
+  return st;
 }
 
 /* Fills opts with the arch's options (+ ptxas -v when verbose); returns the count or -1. */

@@ -7,10 +7,6 @@
 #include "moegen/runtime.h"
 #include "shared.h"
 
-
-/* NVRTC version (e.g. 13, 0), or MOEGEN_ERR_NO_NVRTC. */
-moegen_status moegen_nvrtc_version(int *major, int *minor);
-
 /* The options moegen passes for `arch` (NULL-terminated, static strings). */
 const char *const *moegen_nvrtc_options_for(const char *arch);
 

@@ -153,13 +153,19 @@ static void gemm_shapes(void) {
         "gemm_fwd shape without GEMM kernels (no gemm unit)");
 }
 
-/* A JIT compile without NVRTC: MOEGEN_ERR_NO_NVRTC naming the library. */
+/* A JIT compile without NVRTC: MOEGEN_ERR_NO_NVRTC naming the library (also
+ * in the load error and from the supported-arch list). */
 static void no_nvrtc_compile(void) {
   unsigned char *cubin;
   size_t size;
   char *log;
-  int hit, major, minor;
+  int hit, major, minor, archs[4], count = -1;
+  char why[512];
   CHECK(moegen_nvrtc_version(&major, &minor) == MOEGEN_ERR_NO_NVRTC, "nvrtc version");
+  CHECK(moegen_nvrtc_supported_archs(archs, 4, &count) == MOEGEN_ERR_NO_NVRTC && count == 0,
+        "supported archs without NVRTC: count %d", count);
+  moegen_nvrtc_load_error(why, sizeof why);
+  CHECK(strstr(why, FAKE_LIBNVRTC) != NULL, "load error: \"%s\"", why);
   moegen_status st = moegen_cache_compile("", 0, "x", "sm_90a", &cubin, &size, &log, &hit);
   CHECK(st == MOEGEN_ERR_NO_NVRTC && log && strstr(log, FAKE_LIBNVRTC), "cache_compile: %s %s",
         moegen_status_string(st), log ? log : "");
