@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
-for p in cmake gcc g++ make liblua5.4-dev libjansson-dev; do
+for p in cmake gcc g++ make pkgconf liblua5.4-dev libjansson-dev; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

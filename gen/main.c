@@ -12,6 +12,8 @@
 #include <sysexits.h>
 
 #include "moegen/moegen.h"
+#include "moegen_revision.h" /* MOEGEN_GIT_REVISION, written by the build */
+#include "shared.h"
 
 #ifndef MOEGEN_DEFAULT_ARCH /* set by the build; this is its default */
 #define MOEGEN_DEFAULT_ARCH "sm_90a"
@@ -51,7 +53,9 @@ static const option_desc options[OPT_COUNT] = {
     [OPT_PRINT_CONFIG] = {"--print-config", NULL,
                           "print the validated config as a Lua table (a CONFIG.lua) and exit"},
     [OPT_HELP] = {"--help", NULL, "print this help (also -h)"},
-    [OPT_VERSION] = {"--version", NULL, "print \"moegen VERSION\""},
+    [OPT_VERSION] = {"--version", NULL,
+                     "print the version, the git revision moegen was built from, and the "
+                     "version and GPU architectures of the NVRTC found now"},
 };
 
 /* One --set: its KEY=VALUE text and the argv position it came from. */
@@ -326,6 +330,31 @@ static int generate(moegen_gen_options *opt, const char *out_dir, int argc, char
   return rc;
 }
 
+/* ---------------------------------------------------------------- --version */
+
+/* "moegen VERSION", "revision: R" (MOEGEN_GIT_REVISION: a commit hash, with
+ * "-dirty" when tracked files differed from it, or "unknown"), then
+ * "NVRTC MAJOR.MINOR: sm_75 sm_80 ..." (nvrtcGetSupportedArchs) or
+ * "NVRTC not found: WHY". Loads NVRTC but needs no GPU or driver. */
+static int print_version(moegen_error *err) {
+  enum { MAX_ARCHS = 64 };
+  printf("moegen %s\nrevision: %s\n", MOEGEN_VERSION, MOEGEN_GIT_REVISION);
+  int major = 0, minor = 0, archs[MAX_ARCHS], n = 0;
+  if (moegen_nvrtc_version(&major, &minor) != MOEGEN_OK) {
+    char why[512];
+    moegen_nvrtc_load_error(why, sizeof why);
+    printf("NVRTC not found: %s\n", why[0] ? why : "nvrtcVersion failed");
+  } else {
+    moegen_status st = moegen_nvrtc_supported_archs(archs, MAX_ARCHS, &n);
+    if (st == MOEGEN_ERR_OUT_OF_MEMORY) return fail(err, EX_OSERR, "out of memory");
+    printf("NVRTC %d.%d:", major, minor);
+    if (st != MOEGEN_OK) printf(" nvrtcGetSupportedArchs failed");
+    for (int i = 0; i < n && i < MAX_ARCHS; i++) printf(" sm_%d", archs[i]);
+    printf("%s\n", n > MAX_ARCHS ? " ..." : "");
+  }
+  return fflush(stdout) == 0 ? 0 : fail(err, EX_IOERR, "cannot write to stdout");
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int run(const cli *o, int argc, char **argv, moegen_error *err) {
@@ -333,10 +362,7 @@ static int run(const cli *o, int argc, char **argv, moegen_error *err) {
     print_help(stdout);
     return 0;
   }
-  if (o->flag[OPT_VERSION]) {
-    printf("moegen %s\n", MOEGEN_VERSION);
-    return 0;
-  }
+  if (o->flag[OPT_VERSION]) return print_version(err);
   if (o->flag[OPT_LIST_PRESETS]) {
     for (const char *const *p = moegen_preset_names(); *p; p++) printf("%s\n", *p);
     return 0;

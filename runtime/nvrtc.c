@@ -28,7 +28,7 @@ typedef struct nvrtc_api {
   nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram p, size_t *size);
   nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram p, char *cubin);
   nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *p);
-  nvrtcResult (*nvrtcGetNumSupportedArchs)(int *n);
+  nvrtcResult (*nvrtcGetNumSupportedArchs)(int *count);
   nvrtcResult (*nvrtcGetSupportedArchs)(int *archs);
 } nvrtc_api;
 
@@ -124,19 +124,38 @@ moegen_status moegen_nvrtc_version(int *major, int *minor) {
   return MOEGEN_OK;
 }
 
-moegen_status moegen_nvrtc_archs(char *buf, size_t size) {
+void moegen_nvrtc_load_error(char *why, size_t size) {
   pthread_once(&g_once, load_nvrtc);
-  if (!g_loaded) {
-    snprintf(buf, size, "%s", g_why);
+  if (size) snprintf(why, size, "%s", g_loaded ? "" : g_why);
+}
+
+moegen_status moegen_nvrtc_supported_archs(int *archs, int max, int *count) {
+  *count = 0;
+  pthread_once(&g_once, load_nvrtc);
+  int n = 0;
+  if (!g_loaded || g_api.nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n < 0)
+    return MOEGEN_ERR_NO_NVRTC;
+  int *all = malloc(sizeof *all * (size_t)(n ? n : 1));
+  if (!all) return MOEGEN_ERR_OUT_OF_MEMORY;
+  moegen_status st = MOEGEN_ERR_NO_NVRTC;
+  if (g_api.nvrtcGetSupportedArchs(all) == NVRTC_SUCCESS) {
+    memcpy(archs, all, sizeof *all * (size_t)(n < max ? n : max));
+    *count = n;
+    st = MOEGEN_OK;
+  }
+  free(all);
+  return st;
+}
+
+moegen_status moegen_nvrtc_archs(char *buf, size_t size) {
+  int numbers[128], n = 0;
+  moegen_status st = moegen_nvrtc_supported_archs(numbers, 128, &n);
+  if (st != MOEGEN_OK) {
+    moegen_nvrtc_load_error(buf, size);
+    if (size && !buf[0]) snprintf(buf, size, "nvrtcGetSupportedArchs failed");
     return MOEGEN_ERR_NO_NVRTC;
   }
-  int n = 0, numbers[64];
-  if (g_api.nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n < 0 ||
-      n > (int)(sizeof numbers / sizeof numbers[0]) ||
-      g_api.nvrtcGetSupportedArchs(numbers) != NVRTC_SUCCESS) {
-    snprintf(buf, size, "nvrtcGetSupportedArchs failed");
-    return MOEGEN_ERR_NO_NVRTC;
-  }
+  if (n > 128) n = 128;
   size_t len = 0;
   if (size > 0) buf[0] = 0;
   for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++) {

@@ -7,7 +7,6 @@
 #include "moegen/runtime.h"
 #include "shared.h"
 
-
 /* The options moegen passes for `arch` (NULL-terminated, static strings). */
 const char *const *moegen_nvrtc_options_for(const char *arch);
 

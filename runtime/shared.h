@@ -48,12 +48,25 @@ moegen_status moegen_nvrtc_compile(const char *source, size_t source_size, const
                                    const char *arch, int verbose, unsigned char **cubin,
                                    size_t *cubin_size, char **log);
 
-/* NVRTC version (e.g. 13, 0), or MOEGEN_ERR_NO_NVRTC. */
+/* NVRTC version (e.g. 13, 0), or MOEGEN_ERR_NO_NVRTC. Loads NVRTC (once
+ * per process); needs no GPU. */
 moegen_status moegen_nvrtc_version(int *major, int *minor);
+
+/* Why NVRTC cannot be loaded (the text moegen_nvrtc_compile puts in its log
+ * for MOEGEN_ERR_NO_NVRTC) into why, or "" when it loads. */
+void moegen_nvrtc_load_error(char *why, size_t size);
+
+/* The GPU architectures the loaded NVRTC compiles for, as
+ * nvrtcGetSupportedArchs gives them (SM numbers, ascending: 75 for sm_75;
+ * the 'a' and 'f' variants are not listed). The first min(*count, max) go
+ * into archs; *count is NVRTC's full count (0 on error). MOEGEN_ERR_NO_NVRTC
+ * if NVRTC cannot be loaded (moegen_nvrtc_load_error says why) or fails,
+ * MOEGEN_ERR_OUT_OF_MEMORY. Needs no GPU. */
+moegen_status moegen_nvrtc_supported_archs(int *archs, int max, int *count);
 
 /* The GPU architectures moegen_nvrtc_compile can compile for with the NVRTC
  * it loads: those of its options table ("sm_90a", ...) whose number
- * nvrtcGetSupportedArchs lists, space-separated into buf ("sm_75 sm_80
+ * moegen_nvrtc_supported_archs lists, space-separated into buf ("sm_75 sm_80
  * sm_86 ..."; cut at a name boundary if buf is short). Needs no GPU.
  * MOEGEN_ERR_NO_NVRTC, with the reason in buf, if NVRTC cannot be loaded or
  * does not answer. Thread-safe. */

@@ -44,7 +44,14 @@ moegen_cli_test(cli_config_help RC 0 ARGS --help
       "DIR/NAME\\.cu" "DIR/NAME\\.h" "DIR/NAME\\.c" "DIR/NAME\\.json" "64  EX_USAGE"
       "65  EX_DATAERR" "66  EX_NOINPUT" "69  EX_UNAVAILABLE" "70  EX_SOFTWARE" "71  EX_OSERR"
       "73  EX_CANTCREAT" "74  EX_IOERR" "78  EX_CONFIG")
-moegen_cli_test(cli_config_version RC 0 ARGS --version OUT "^moegen ${PROJECT_VERSION}\n$")
+# --version: version, revision (this checkout's, or unknown), NVRTC's version
+# and archs; with NVRTC unloadable it says why, and still exits 0.
+moegen_cli_test(cli_config_version RC 0 ARGS --version
+  OUT "^moegen ${PROJECT_VERSION}\nrevision: ([0-9a-f]+(-dirty)?|unknown)\nNVRTC [0-9]+\\.[0-9]+:( sm_[0-9]+)*( sm_80)( sm_[0-9]+)*( sm_90)( sm_[0-9]+)*\n$")
+moegen_cli_test(cli_config_version_no_nvrtc RC 0 ARGS --version
+  OUT "^moegen ${PROJECT_VERSION}\nrevision: ([0-9a-f]+(-dirty)?|unknown)\nNVRTC not found: cannot load NVRTC /nonexistent/libnvrtc\\.so\\.13: [^\n]+\n$")
+set_tests_properties(cli_config_version_no_nvrtc PROPERTIES
+  ENVIRONMENT MOEGEN_LIBNVRTC=/nonexistent/libnvrtc.so.13)
 moegen_cli_test(cli_config_list_presets RC 0 ARGS --list-presets
   OUT "^deepseek-v3\nkimi-k2\nqwen3-30b-a3b\nqwen3-235b-a22b\nmixtral-8x7b\ngpt-oss-120b\nllama4-maverick\n$")
 moegen_cli_test(cli_config_print_preset RC 0 ARGS --print-config --preset deepseek-v3

@@ -270,14 +270,20 @@ static void empty_batch(moegen_status driver) {
   moegen_module_destroy(m);
 }
 
-/* A JIT compile without NVRTC: MOEGEN_ERR_NO_NVRTC naming the library. */
+/* A JIT compile without NVRTC: MOEGEN_ERR_NO_NVRTC naming the library (also
+ * in the load error and from the supported-arch list). */
 static void no_nvrtc_compile(void) {
   unsigned char *cubin;
   size_t size;
   char *log;
   moegen_cache_outcome outcome;
-  int major, minor;
+  int major, minor, archs[4], count = -1;
+  char why[512];
   CHECK(moegen_nvrtc_version(&major, &minor) == MOEGEN_ERR_NO_NVRTC, "nvrtc version");
+  CHECK(moegen_nvrtc_supported_archs(archs, 4, &count) == MOEGEN_ERR_NO_NVRTC && count == 0,
+        "supported archs without NVRTC: count %d", count);
+  moegen_nvrtc_load_error(why, sizeof why);
+  CHECK(strstr(why, FAKE_LIBNVRTC) != NULL, "load error: \"%s\"", why);
   moegen_status st = moegen_cache_compile("", 0, "x", "sm_90a", &cubin, &size, &log, &outcome);
   CHECK(st == MOEGEN_ERR_NO_NVRTC && log && strstr(log, FAKE_LIBNVRTC), "cache_compile: %s %s",
         moegen_status_string(st), log ? log : "");

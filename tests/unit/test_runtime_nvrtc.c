@@ -73,6 +73,27 @@ static void check_options(void) {
   free(log);
 }
 
+/* nvrtcGetSupportedArchs through moegen: ascending SM numbers that include
+ * sm_80 and sm_90 (NVRTC 13), the count whatever max is, no load error. */
+static void supported_archs(void) {
+  int archs[64], count = 0, few[2] = {0, 0}, few_count = 0;
+  char why[512];
+  CHECK(moegen_nvrtc_supported_archs(archs, 64, &count) == MOEGEN_OK, "supported archs");
+  CHECK(count > 2 && count <= 64, "%d supported archs", count);
+  int has80 = 0, has90 = 0;
+  for (int i = 0; i < count && i < 64; i++) {
+    CHECK(i == 0 || archs[i] > archs[i - 1], "archs not ascending at %d: %d", i, archs[i]);
+    has80 |= archs[i] == 80;
+    has90 |= archs[i] == 90;
+  }
+  CHECK(has80 && has90, "sm_80 and sm_90 missing from the supported archs");
+  CHECK(moegen_nvrtc_supported_archs(few, 1, &few_count) == MOEGEN_OK && few_count == count &&
+            few[0] == archs[0] && few[1] == 0,
+        "max 1: count %d, first %d, second written %d", few_count, few[0], few[1]);
+  moegen_nvrtc_load_error(why, sizeof why);
+  CHECK(why[0] == 0, "load error with NVRTC loaded: %s", why);
+}
+
 int main(void) {
   int major = 0, minor = 0;
   if (moegen_nvrtc_version(&major, &minor) != MOEGEN_OK) {
@@ -82,6 +103,7 @@ int main(void) {
   printf("nvrtc: version %d.%d\n", major, minor);
   CHECK(major == 13, "NVRTC %d.%d, expected 13.x", major, minor);
   check_options();
+  supported_archs();
   compile_tiny("sm_90a", 0);
   compile_tiny("sm_80", 0);
   compile_tiny("sm_90a", 1);
