@@ -21,24 +21,14 @@ extern "C" {
 
 /* Score functions: X(ENUM, name, value); the values are TransformerEngine's
  * C enum ints. */
-#define MOEGEN_SCORES(X)   \
-  X(SIGMOID, sigmoid, 0)   \
-  X(SOFTMAX, softmax, 1)   \
-  X(SQRTSOFTPLUS, sqrtsoftplus, 2)
+#define MOEGEN_SCORES(X) X(SIGMOID, sigmoid, 0) X(SOFTMAX, softmax, 1) X(SQRTSOFTPLUS, sqrtsoftplus, 2)
 
 /* Element types of a [T, K] expert-index buffer: X(ENUM, name, value). */
-#define MOEGEN_INDEX_DTYPES(X) \
-  X(INT32, int32, 0)           \
-  X(INT16, int16, 1)           \
-  X(INT64, int64, 2)
+#define MOEGEN_INDEX_DTYPES(X) X(INT32, int32, 0) X(INT16, int16, 1) X(INT64, int64, 2)
 
 /* Element types of an aux-loss tokens_per_expert: X(ENUM, name, value). */
 #define MOEGEN_COUNT_DTYPES(X) \
-  X(INT32, int32, 0)           \
-  X(INT64, int64, 1)           \
-  X(FP32, fp32, 2)             \
-  X(BF16, bf16, 3)             \
-  X(INT16, int16, 4)
+  X(INT32, int32, 0) X(INT64, int64, 1) X(FP32, fp32, 2) X(BF16, bf16, 3) X(INT16, int16, 4)
 
 /* Hard limits of the generated kernels (checked by config validation):
  * X(ENUM, name, value). */
