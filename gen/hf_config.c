@@ -10,6 +10,9 @@
  * does not know are ignored. Origins point at the line of each key (the
  * first line of the text that holds "key"), facts at the model_type line.
  *
+ * A key twice in one object is an error (jansson would silently keep the
+ * last one): which value the model's own loader sees is not moegen's guess.
+ *
  * Python's json module writes NaN, Infinity and -Infinity as bare tokens,
  * which jansson rejects: before parsing they become strings that start
  * with a \u0001 byte (no file spells those), which read back as numbers.
@@ -439,7 +442,20 @@ static int apply_root(hf_load *h) {
   return 0;
 }
 
-/* Parses the text into h->root (EX_DATAERR "FILE:LINE: json: ..." on error). */
+/* The key jansson's duplicate-key error quotes ("duplicate object key near
+ * '"KEY"'"), as it is spelled in the file, into key; false if the text has
+ * no whole key (jansson cuts long texts). */
+static bool duplicate_key_of(const json_error_t *jerr, char *key, size_t size) {
+  const char *near = strstr(jerr->text, "near '\"");
+  size_t len = near ? strlen(near + 7) : 0;
+  if (len < 2 || strcmp(near + 7 + len - 2, "\"'") != 0) return false;
+  snprintf(key, size, "%.*s", (int)(len - 2), near + 7);
+  return true;
+}
+
+/* Parses the text into h->root (EX_DATAERR "FILE:LINE: json: ..." on error;
+ * a key twice in one object is "FILE:LINE: KEY: duplicate key ..." at the
+ * second one). */
 static int parse(hf_load *h, size_t size) {
   size_t n;
   char *marked = mark_nonfinite(h->text, size, &n);
@@ -450,9 +466,15 @@ static int parse(hf_load *h, size_t size) {
     snprintf(h->err->msg, sizeof h->err->msg, "%s: out of memory", h->path);
     return h->err->code;
   }
-  h->root = json_loadb(marked, n, 0, &jerr);
+  h->root = json_loadb(marked, n, JSON_REJECT_DUPLICATES, &jerr);
   free(marked);
-  if (!h->root && jerr.line > 0)
+  char key[JSON_ERROR_TEXT_LENGTH];
+  if (!h->root && json_error_code(&jerr) == json_error_duplicate_key &&
+      duplicate_key_of(&jerr, key, sizeof key))
+    snprintf(h->err->msg, sizeof h->err->msg,
+             "%s:%d: %s: duplicate key (a JSON object names each key once)", h->path, jerr.line,
+             key);
+  else if (!h->root && jerr.line > 0)
     snprintf(h->err->msg, sizeof h->err->msg, "%s:%d: json: %s", h->path, jerr.line, jerr.text);
   else if (!h->root)
     snprintf(h->err->msg, sizeof h->err->msg, "%s: json: %s", h->path, jerr.text);

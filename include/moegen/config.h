@@ -82,8 +82,9 @@ int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err
 /* Applies a Hugging Face config.json (DeepSeek-V3/Kimi-K2, Qwen3-MoE, Mixtral,
  * gpt-oss, Llama-4 with text_config). Bare NaN/Infinity are tolerated.
  * Unknown HF keys are ignored; known keys of the wrong type are errors
- * (EX_DATAERR, like malformed JSON and an unsupported model_type; EX_NOINPUT
- * if the file cannot be read). On error `c` is unchanged. */
+ * (EX_DATAERR, like malformed JSON, a key twice in one object and an
+ * unsupported model_type; EX_NOINPUT if the file cannot be read). On error
+ * `c` is unchanged. */
 int moegen_config_load_hf(moegen_config *c, const char *path, moegen_error *err);
 
 /* Applies a built-in preset by name (see moegen_preset_names). EX_USAGE if unknown. */

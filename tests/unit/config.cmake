@@ -85,6 +85,10 @@ moegen_cli_test(cli_config_malformed_lua RC 65 ABSENT ${MOEGEN_CLI_OUT}/malforme
   ERR "^moegen: [^\n]*/malformed\\.lua:4: ")
 moegen_cli_test(cli_config_malformed_json RC 65 ARGS --print-config
   --hf-config ${MOEGEN_CLI_CONFIGS}/hf_malformed.json ERR "^moegen: [^\n]*/hf_malformed\\.json:4: json: ")
+# A key twice in one object: jansson would keep the last; moegen names the key and line.
+moegen_cli_test(cli_config_hf_duplicate_key RC 65 ARGS --print-config
+  --hf-config ${MOEGEN_CLI_CONFIGS}/hf_duplicate_key.json
+  ERR "^moegen: [^\n]*/hf_duplicate_key\\.json:6: num_experts: duplicate key \\(a JSON object names each key once\\)\n$")
 moegen_cli_test(cli_config_no_input RC 66 ARGS --print-config ${MOEGEN_CLI_CONFIGS}/no_such.lua
   ERR "^moegen: [^\n]*/no_such\\.lua: cannot read: ")
 # Success without a GPU or NVRTC: --compile jit renders and writes the four files.

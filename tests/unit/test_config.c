@@ -257,6 +257,19 @@ static void test_hf_errors(void) {
                   "%s:2: text_config: expected an object", "text_config type");
   expect_hf_error(NULL, "{\"model_type\": \"mixtral\",\n\"hidden_size\": NaN}\n", EX_DATAERR,
                   "%s:2: hidden_size: expected an integer", "NaN integer");
+  /* A key twice in one object is an error naming the key and the second line,
+   * in a nested object too; the same key in two objects is not. */
+  expect_hf_error(NULL,
+                  "{\"model_type\": \"mixtral\",\n\"hidden_size\": 4096,\n\"num_local_experts\": 8,\n"
+                  "\"hidden_size\": 5120}\n",
+                  EX_DATAERR, "%s:4: hidden_size: duplicate key (a JSON object names each key once)",
+                  "duplicate key");
+  expect_hf_error(NULL,
+                  "{\"model_type\": \"llama4\",\n\"text_config\": {\"model_type\": \"llama4_text\",\n"
+                  "  \"model_type\": \"llama4_text\"}}\n",
+                  EX_DATAERR, "%s:3: model_type: duplicate key", "nested duplicate key");
+  expect_hf_error(NULL, "{\"model_type\": \"mixtral\",\n\"x\": NaN,\n\"x\": Infinity}\n", EX_DATAERR,
+                  "%s:3: x: duplicate key", "duplicate key after a NaN");
   /* A size the file lacks (and no earlier source set) fails validation naming
    * the file, not "<default>"; one an earlier source set keeps its origin. */
   const char *p = temp_file("{\"model_type\": \"mixtral\",\n\"num_local_experts\": 8,\n"
