@@ -2,10 +2,15 @@
  * (moegen_config_load_hf).
  *
  * The model family comes from model_type (or, without it, from
- * architectures). A family fixes the routing facts its config.json does not
- * spell out (SPEC.md section 7: score function, groups, bias, scaling) and
- * names the keys that hold the sizes; the keys a file has then override
- * those facts. Keys the file lacks leave the config as it was (a size no
+ * architectures); a file naming neither is an error, as moegen guesses no
+ * key names or routing. A family fixes the routing facts its config.json
+ * does not spell out (SPEC.md section 7: score function, groups, bias,
+ * scaling), as the transformers modeling code computes them, and names the
+ * keys that hold the sizes; the keys a file has then override those facts.
+ * A family's rules refuse (EX_CONFIG, saying why) what moegen's router
+ * cannot compute exactly: whole families (phimoe, ernie4_5_moe) and some
+ * key values (deepseek_v2's norm_topk_prob true, group scores that differ
+ * from TE's). Keys the file lacks leave the config as it was (a size no
  * earlier source set then has the file as its origin); keys moegen
  * does not know are ignored. Origins point at the line of each key (the
  * first line of the text that holds "key"), facts at the model_type line.
@@ -33,15 +38,20 @@
 
 /* A config.json key (with aliases) that holds an integer or real field. */
 typedef struct hf_number {
+  const char *object;  /* the sub-object that holds the key (DBRX's ffn_config), or NULL */
   const char *keys[3]; /* the first one the file has wins; others must agree */
   moegen_field field;
   size_t offset;       /* of the member in moegen_config */
   bool real;           /* double (else int) */
 } hf_number;
 
-#define INT_KEY(f, m, ...) {{__VA_ARGS__}, f, offsetof(moegen_config, m), false}
-#define REAL_KEY(f, m, ...) {{__VA_ARGS__}, f, offsetof(moegen_config, m), true}
+#define INT_KEY(f, m, ...) {NULL, {__VA_ARGS__}, f, offsetof(moegen_config, m), false}
+#define REAL_KEY(f, m, ...) {NULL, {__VA_ARGS__}, f, offsetof(moegen_config, m), true}
+#define INT_KEY_IN(o, f, m, ...) {o, {__VA_ARGS__}, f, offsetof(moegen_config, m), false}
+#define REAL_KEY_IN(o, f, m, ...) {o, {__VA_ARGS__}, f, offsetof(moegen_config, m), true}
+#define END_KEYS {NULL, {NULL}, 0, 0, false}
 
+/* DeepSeek-V2/V3, Kimi-K2 and GLM-4.5. */
 static const hf_number deepseek_numbers[] = {
     INT_KEY(MOEGEN_F_EXPERTS, experts, "n_routed_experts", "num_routed_experts"),
     INT_KEY(MOEGEN_F_TOPK, topk, "num_experts_per_tok"),
@@ -52,24 +62,34 @@ static const hf_number deepseek_numbers[] = {
     REAL_KEY(MOEGEN_F_SCALING, scaling, "routed_scaling_factor"),
     INT_KEY(MOEGEN_F_SHARED_EXPERTS, shared_experts, "n_shared_experts", "num_shared_experts"),
     REAL_KEY(MOEGEN_F_AUX_LOSS_COEFF, aux_loss_coeff, "aux_loss_alpha"),
-    {{NULL}, 0, 0, false}};
+    END_KEYS};
 
-static const hf_number qwen3_numbers[] = {
+/* Qwen2-MoE and Qwen3-MoE. */
+static const hf_number qwen_numbers[] = {
     INT_KEY(MOEGEN_F_EXPERTS, experts, "num_experts"),
     INT_KEY(MOEGEN_F_TOPK, topk, "num_experts_per_tok"),
     INT_KEY(MOEGEN_F_HIDDEN, hidden, "hidden_size"),
     INT_KEY(MOEGEN_F_FFN, ffn, "moe_intermediate_size"),
     REAL_KEY(MOEGEN_F_AUX_LOSS_COEFF, aux_loss_coeff, "router_aux_loss_coef"),
-    {{NULL}, 0, 0, false}};
+    END_KEYS};
 
-/* Mixtral and Llama-4 (text_config): intermediate_size is the expert FFN. */
+/* OLMoE: num_experts, and intermediate_size is the expert FFN. */
+static const hf_number olmoe_numbers[] = {
+    INT_KEY(MOEGEN_F_EXPERTS, experts, "num_experts"),
+    INT_KEY(MOEGEN_F_TOPK, topk, "num_experts_per_tok"),
+    INT_KEY(MOEGEN_F_HIDDEN, hidden, "hidden_size"),
+    INT_KEY(MOEGEN_F_FFN, ffn, "intermediate_size"),
+    REAL_KEY(MOEGEN_F_AUX_LOSS_COEFF, aux_loss_coeff, "router_aux_loss_coef"),
+    END_KEYS};
+
+/* Mixtral, GraniteMoE and Llama-4 (text_config): intermediate_size is the expert FFN. */
 static const hf_number mixtral_numbers[] = {
     INT_KEY(MOEGEN_F_EXPERTS, experts, "num_local_experts"),
     INT_KEY(MOEGEN_F_TOPK, topk, "num_experts_per_tok"),
     INT_KEY(MOEGEN_F_HIDDEN, hidden, "hidden_size"),
     INT_KEY(MOEGEN_F_FFN, ffn, "intermediate_size"),
     REAL_KEY(MOEGEN_F_AUX_LOSS_COEFF, aux_loss_coeff, "router_aux_loss_coef"),
-    {{NULL}, 0, 0, false}};
+    END_KEYS};
 
 static const hf_number gpt_oss_numbers[] = {
     INT_KEY(MOEGEN_F_EXPERTS, experts, "num_local_experts"),
@@ -77,37 +97,18 @@ static const hf_number gpt_oss_numbers[] = {
     INT_KEY(MOEGEN_F_HIDDEN, hidden, "hidden_size"),
     INT_KEY(MOEGEN_F_FFN, ffn, "intermediate_size"),
     REAL_KEY(MOEGEN_F_AUX_LOSS_COEFF, aux_loss_coeff, "router_aux_loss_coef"),
-    {{NULL}, 0, 0, false}};
+    END_KEYS};
 
-typedef struct hf_family {
-  const char *model_types[3];   /* model_type values of the family */
-  const char *architectures[3]; /* architectures entries, when model_type is missing */
-  const hf_number *numbers;
-  moegen_score score;           /* unless scoring_func says otherwise */
-  bool expert_bias;             /* unless topk_method says otherwise */
-  int shared_experts;           /* unless a key says otherwise */
-  int norm_topk_prob;           /* default of norm_topk_prob; -1: not read, top-K renormalized */
-  bool deepseek_keys;           /* reads scoring_func and topk_method */
-  bool text_config;             /* keys live under text_config when the file has one */
-} hf_family;
+/* DBRX: the MoE keys live in ffn_config (DbrxFFNConfig), d_model is H. */
+static const hf_number dbrx_numbers[] = {
+    INT_KEY_IN("ffn_config", MOEGEN_F_EXPERTS, experts, "moe_num_experts"),
+    INT_KEY_IN("ffn_config", MOEGEN_F_TOPK, topk, "moe_top_k"),
+    INT_KEY(MOEGEN_F_HIDDEN, hidden, "d_model"),
+    INT_KEY_IN("ffn_config", MOEGEN_F_FFN, ffn, "ffn_hidden_size"),
+    REAL_KEY_IN("ffn_config", MOEGEN_F_AUX_LOSS_COEFF, aux_loss_coeff, "moe_loss_weight"),
+    END_KEYS};
 
-/* Defaults are those of the transformers config classes (DeepseekV3Config:
- * sigmoid, noaux_tc, norm_topk_prob true; Qwen3MoeConfig: norm_topk_prob
- * false). Llama-4 has one shared expert and routes by sigmoid of the top-1
- * logit; Mixtral and gpt-oss take the softmax over the top-K logits. */
-static const hf_family families[] = {
-    {{"deepseek_v3", "kimi_k2"}, {"DeepseekV3ForCausalLM"}, deepseek_numbers,
-     MOEGEN_SCORE_SIGMOID, true, 0, 1, true, false},
-    {{"qwen3_moe"}, {"Qwen3MoeForCausalLM"}, qwen3_numbers, MOEGEN_SCORE_SOFTMAX, false, 0, 0,
-     false, false},
-    {{"mixtral"}, {"MixtralForCausalLM"}, mixtral_numbers, MOEGEN_SCORE_SOFTMAX, false, 0, -1,
-     false, false},
-    {{"gpt_oss"}, {"GptOssForCausalLM"}, gpt_oss_numbers, MOEGEN_SCORE_SOFTMAX, false, 0, -1,
-     false, false},
-    {{"llama4", "llama4_text"}, {"Llama4ForConditionalGeneration", "Llama4ForCausalLM"},
-     mixtral_numbers, MOEGEN_SCORE_SIGMOID, false, 1, -1, false, true},
-};
-#define N_FAMILIES (sizeof families / sizeof families[0])
+typedef struct hf_family hf_family;
 
 /* One load in progress. */
 typedef struct hf_load {
@@ -118,6 +119,7 @@ typedef struct hf_load {
   json_t *keys;             /* the object the family's keys live in */
   const hf_family *family;
   const char *family_key;   /* "model_type" or "architectures" */
+  const char *family_name;  /* the model_type value or architectures entry that named it */
   moegen_error *err;
 } hf_load;
 
@@ -253,9 +255,11 @@ static bool is_size(moegen_field f) {
  * an earlier source set it: validation then blames the file. */
 static int apply_number(hf_load *h, const hf_number *num) {
   const char *key = NULL;
-  json_t *v = NULL;
+  json_t *v = NULL, *obj = num->object ? json_object_get(h->keys, num->object) : h->keys;
+  if (obj && !json_is_object(obj))
+    return hf_fail(h, EX_DATAERR, num->object, "expected an object, got %s", json_kind(obj));
   for (size_t i = 0; i < 3 && num->keys[i]; i++) {
-    json_t *x = json_object_get(h->keys, num->keys[i]);
+    json_t *x = json_object_get(obj, num->keys[i]);
     if (x && !v) {
       v = x;
       key = num->keys[i];
@@ -283,61 +287,21 @@ static int apply_number(hf_load *h, const hf_number *num) {
   return 0;
 }
 
-/* ---------------------------------------------------------------- family */
+/* ---------------------------------------------------------------- family rules */
 
-static const hf_family *family_of(const char *s, bool architecture) {
-  for (size_t i = 0; s && i < N_FAMILIES; i++)
-    for (size_t j = 0; j < 3; j++) {
-      const char *name = architecture ? families[i].architectures[j] : families[i].model_types[j];
-      if (name && strcmp(name, s) == 0) return &families[i];
-    }
-  return NULL;
+/* Integer value of `key` in obj into *v and whether the key is there. */
+static int get_int(hf_load *h, const json_t *obj, const char *key, json_int_t *v, bool *present) {
+  const json_t *x = json_object_get(obj, key);
+  *present = x != NULL;
+  *v = json_integer_value(x);
+  if (x && !json_is_integer(x))
+    return hf_fail(h, EX_DATAERR, key, "expected an integer, got %s", json_kind(x));
+  return 0;
 }
 
-/* Finds the family from model_type, or else from architectures. */
-static int detect_family(hf_load *h) {
-  const char *type;
-  int rc = get_string(h, h->root, "model_type", &type);
-  if (rc) return rc;
-  h->family_key = "model_type";
-  if (type) {
-    h->family = family_of(type, false);
-    if (h->family) return 0;
-    return hf_fail(h, EX_DATAERR, "model_type",
-                   "unsupported model type \"%.80s\" (supported: deepseek_v3, kimi_k2, qwen3_moe, "
-                   "mixtral, gpt_oss, llama4, llama4_text)",
-                   type);
-  }
-  const json_t *archs = json_object_get(h->root, "architectures");
-  for (size_t i = 0; !h->family && i < json_array_size(archs); i++)
-    h->family = family_of(json_string_value(json_array_get(archs, i)), true);
-  if (h->family) {
-    h->family_key = "architectures";
-    return 0;
-  }
-  return hf_fail(h, EX_DATAERR, "model_type",
-                 "missing, and architectures names no supported model");
-}
-
-/* Sets the facts of the family (origin: the model_type line). */
-static void apply_family_facts(hf_load *h) {
-  moegen_config *c = h->cfg;
-  static const moegen_field facts[] = {MOEGEN_F_SCORE,       MOEGEN_F_PRE_SOFTMAX, MOEGEN_F_GROUPS,
-                                       MOEGEN_F_GROUP_TOPK,  MOEGEN_F_EXPERT_BIAS, MOEGEN_F_SCALING,
-                                       MOEGEN_F_SHARED_EXPERTS};
-  c->score = h->family->score;
-  c->pre_softmax = false;
-  c->groups = 0;
-  c->group_topk = 0;
-  c->expert_bias = h->family->expert_bias;
-  c->scaling = 1.0;
-  c->shared_experts = h->family->shared_experts;
-  for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++)
-    set_origin(h, facts[i], h->family_key);
-}
-
-/* DeepSeek keys: scoring_func (score), topk_method (noaux_tc = expert bias). */
-static int apply_deepseek_keys(hf_load *h) {
+/* DeepSeek-V3 and Kimi-K2 keys: scoring_func (score), topk_method
+ * (noaux_tc = expert bias). */
+static int deepseek_v3_keys(hf_load *h) {
   const char *s;
   int rc = get_string(h, h->keys, "scoring_func", &s);
   if (rc == 0 && s) {
@@ -357,6 +321,247 @@ static int apply_deepseek_keys(hf_load *h) {
     set_origin(h, MOEGEN_F_EXPERT_BIAS, "topk_method");
   }
   return rc;
+}
+
+/* Whether group-limited routing can change the selection: more than one
+ * group, and not every group kept. */
+static bool groups_matter(const moegen_config *c) {
+  return c->groups > 1 && c->group_topk > 0 && c->group_topk < c->groups;
+}
+
+/* The DeepseekV3 and Glm4Moe routers score a group by the sum of its 2 best
+ * (biased) scores; moegen, like TE, by the sum of its best K/group_topk
+ * (SPEC.md section 7). Groups that matter must make the two agree. */
+static int top2_group_rule(hf_load *h) {
+  const moegen_config *c = h->cfg;
+  if (!groups_matter(c) || c->topk == 2 * c->group_topk) return 0;
+  return hf_fail(h, EX_CONFIG, "topk_group",
+                 "%d with n_group %d and num_experts_per_tok %d is not supported: %s scores an "
+                 "expert group by the sum of its 2 best scores, moegen (like TE) by the sum of "
+                 "its best num_experts_per_tok/topk_group; they select the same experts only "
+                 "when num_experts_per_tok = 2 * topk_group",
+                 c->group_topk, c->groups, c->topk, h->family_name);
+}
+
+static int deepseek_v3_rules(hf_load *h) {
+  int rc = deepseek_v3_keys(h);
+  return rc ? rc : top2_group_rule(h);
+}
+
+/* transformers' DeepseekV2Moe: softmax over all experts, the top-K of it
+ * (group_limited_greedy: among the topk_group groups with the best single
+ * score), times routed_scaling_factor, never renormalized. */
+static int deepseek_v2_rules(hf_load *h) {
+  moegen_config *c = h->cfg;
+  const char *score, *method;
+  const json_t *norm = json_object_get(h->keys, "norm_topk_prob");
+  int rc = get_string(h, h->keys, "scoring_func", &score);
+  if (!rc) rc = get_string(h, h->keys, "topk_method", &method);
+  if (rc) return rc;
+  if (score && strcmp(score, "softmax") != 0)
+    return hf_fail(h, EX_CONFIG, "scoring_func",
+                   "\"%.80s\" is not supported for %s, which routes by softmax", score,
+                   h->family_name);
+  if (norm && !json_is_boolean(norm))
+    return hf_fail(h, EX_DATAERR, "norm_topk_prob", "expected a boolean, got %s", json_kind(norm));
+  if (json_is_true(norm))
+    return hf_fail(h, EX_CONFIG, "norm_topk_prob",
+                   "true is not supported for %s: transformers' DeepseekV2Moe ignores it (no "
+                   "renormalization, then routed_scaling_factor), the model's own code "
+                   "renormalizes and then skips routed_scaling_factor; moegen does not pick one",
+                   h->family_name);
+  c->pre_softmax = true;
+  set_origin(h, MOEGEN_F_PRE_SOFTMAX, norm ? "norm_topk_prob" : h->family_key);
+  if (!method || strcmp(method, "greedy") == 0) { /* greedy ignores n_group and topk_group */
+    c->groups = c->group_topk = 0;
+    set_origin(h, MOEGEN_F_GROUPS, method ? "topk_method" : h->family_key);
+    set_origin(h, MOEGEN_F_GROUP_TOPK, method ? "topk_method" : h->family_key);
+    return 0;
+  }
+  if (strcmp(method, "group_limited_greedy") != 0)
+    return hf_fail(h, EX_CONFIG, "topk_method",
+                   "\"%.80s\" is not supported for %s (expected greedy or group_limited_greedy)",
+                   method, h->family_name);
+  if (groups_matter(c) && c->topk != c->group_topk)
+    return hf_fail(h, EX_CONFIG, "topk_method",
+                   "group_limited_greedy with num_experts_per_tok %d and topk_group %d is not "
+                   "supported: %s scores an expert group by its best score, moegen (like TE) by "
+                   "the sum of its best num_experts_per_tok/topk_group = %d; they select the "
+                   "same experts only when num_experts_per_tok = topk_group",
+                   c->topk, c->group_topk, h->family_name, c->topk / c->group_topk);
+  return 0;
+}
+
+/* Qwen2-MoE has one shared expert when shared_expert_intermediate_size > 0
+ * (Qwen2MoeConfig's default is 5632). moegen runs no shared expert for any
+ * family (shared_experts is informational), so that expert's own FFN size
+ * and its sigmoid gate (shared_expert_gate) are the caller's, as the size
+ * of DeepSeek's shared experts is. */
+static int qwen2_moe_rules(hf_load *h) {
+  json_int_t size;
+  bool present;
+  int rc = get_int(h, h->keys, "shared_expert_intermediate_size", &size, &present);
+  if (rc || !present) return rc;
+  if (size < 0)
+    return hf_fail(h, EX_DATAERR, "shared_expert_intermediate_size", "must be >= 0, got %lld",
+                   (long long)size);
+  h->cfg->shared_experts = size > 0;
+  set_origin(h, MOEGEN_F_SHARED_EXPERTS, "shared_expert_intermediate_size");
+  return 0;
+}
+
+/* transformers' DbrxRouter: softmax over all experts, the top-K of it, then
+ * divided by its p-norm, p = ffn_config.moe_normalize_expert_weights
+ * (DbrxFFNConfig's default 1: the sum, which renormalizes; null: left as
+ * is). moegen computes no other norm. */
+static int dbrx_rules(hf_load *h) {
+  static const char key[] = "moe_normalize_expert_weights";
+  const json_t *v = json_object_get(json_object_get(h->keys, "ffn_config"), key);
+  double p;
+  if (!v) return 0;
+  if (json_is_null(v))
+    h->cfg->pre_softmax = true;
+  else if (!number_of(v, &p))
+    return hf_fail(h, EX_DATAERR, key, "expected a number or null, got %s", json_kind(v));
+  else if (p != 1)
+    return hf_fail(h, EX_CONFIG, key,
+                   "%g is not supported: DBRX divides the top-K weights by their %g-norm; moegen "
+                   "renormalizes by their sum (1) or not at all (null)",
+                   p, p);
+  set_origin(h, MOEGEN_F_PRE_SOFTMAX, key);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- family */
+
+struct hf_family {
+  const char *model_types[3];   /* model_type values of the family */
+  const char *architectures[3]; /* architectures entries, when model_type is missing */
+  const hf_number *numbers;
+  moegen_score score;           /* unless scoring_func says otherwise (deepseek_v3) */
+  bool expert_bias;             /* unless topk_method says otherwise (deepseek_v3) */
+  int shared_experts;           /* unless a key says otherwise */
+  int norm_topk_prob;           /* default of norm_topk_prob; -1: not read by apply_norm_topk_prob */
+  int (*rules)(hf_load *h);     /* the family's own keys and limits, after the numbers; or NULL */
+  bool text_config;             /* keys live under text_config when the file has one */
+  const char *refusal;          /* why moegen cannot compute the family's routing, or NULL */
+};
+
+/* Routing as in the transformers modeling code, defaults those of its
+ * config classes (DeepseekV3Config and Glm4MoeConfig: sigmoid, bias,
+ * norm_topk_prob true; Qwen2MoeConfig, Qwen3MoeConfig and OlmoeConfig:
+ * softmax, norm_topk_prob false). Llama-4 has one shared expert and routes
+ * by sigmoid of the top-1 logit; Mixtral, GraniteMoE and gpt-oss take the
+ * softmax over the top-K logits. */
+static const hf_family families[] = {
+    {.model_types = {"deepseek_v2"}, .architectures = {"DeepseekV2ForCausalLM"},
+     .numbers = deepseek_numbers, .score = MOEGEN_SCORE_SOFTMAX, .norm_topk_prob = -1,
+     .rules = deepseek_v2_rules},
+    {.model_types = {"deepseek_v3", "kimi_k2"}, .architectures = {"DeepseekV3ForCausalLM"},
+     .numbers = deepseek_numbers, .score = MOEGEN_SCORE_SIGMOID, .expert_bias = true,
+     .norm_topk_prob = 1, .rules = deepseek_v3_rules},
+    {.model_types = {"glm4_moe"}, .architectures = {"Glm4MoeForCausalLM"},
+     .numbers = deepseek_numbers, .score = MOEGEN_SCORE_SIGMOID, .expert_bias = true,
+     .shared_experts = 1, .norm_topk_prob = 1, .rules = top2_group_rule},
+    {.model_types = {"qwen2_moe"}, .architectures = {"Qwen2MoeForCausalLM"},
+     .numbers = qwen_numbers, .score = MOEGEN_SCORE_SOFTMAX, .shared_experts = 1,
+     .norm_topk_prob = 0, .rules = qwen2_moe_rules},
+    {.model_types = {"qwen3_moe"}, .architectures = {"Qwen3MoeForCausalLM"},
+     .numbers = qwen_numbers, .score = MOEGEN_SCORE_SOFTMAX, .norm_topk_prob = 0},
+    {.model_types = {"olmoe"}, .architectures = {"OlmoeForCausalLM"}, .numbers = olmoe_numbers,
+     .score = MOEGEN_SCORE_SOFTMAX, .norm_topk_prob = 0},
+    {.model_types = {"mixtral"}, .architectures = {"MixtralForCausalLM"},
+     .numbers = mixtral_numbers, .score = MOEGEN_SCORE_SOFTMAX, .norm_topk_prob = -1},
+    {.model_types = {"granitemoe"}, .architectures = {"GraniteMoeForCausalLM"},
+     .numbers = mixtral_numbers, .score = MOEGEN_SCORE_SOFTMAX, .norm_topk_prob = -1},
+    {.model_types = {"dbrx"}, .architectures = {"DbrxForCausalLM"}, .numbers = dbrx_numbers,
+     .score = MOEGEN_SCORE_SOFTMAX, .norm_topk_prob = -1, .rules = dbrx_rules},
+    {.model_types = {"gpt_oss"}, .architectures = {"GptOssForCausalLM"},
+     .numbers = gpt_oss_numbers, .score = MOEGEN_SCORE_SOFTMAX, .norm_topk_prob = -1},
+    {.model_types = {"llama4", "llama4_text"},
+     .architectures = {"Llama4ForConditionalGeneration", "Llama4ForCausalLM"},
+     .numbers = mixtral_numbers, .score = MOEGEN_SCORE_SIGMOID, .shared_experts = 1,
+     .norm_topk_prob = -1, .text_config = true},
+    {.model_types = {"phimoe"}, .architectures = {"PhimoeForCausalLM", "PhiMoEForCausalLM"},
+     .refusal = "it routes with sparsemixer: each of its 2 picks is weighted by a softmax over "
+                "only the logits within 2 * router_jitter_noise (relative) of that pick, which "
+                "no score function of moegen's router computes"},
+    {.model_types = {"ernie4_5_moe"}, .architectures = {"Ernie4_5_MoeForCausalLM"},
+     .refusal = "it selects experts by softmax scores plus e_score_correction_bias; moegen "
+                "(like TE) adds an expert bias only to sigmoid or sqrtsoftplus scores"},
+};
+#define N_FAMILIES (sizeof families / sizeof families[0])
+
+size_t moegen_hf_model_types(char *buf, size_t size, bool refused) {
+  size_t len = 0;
+  if (size > 0) buf[0] = 0;
+  for (size_t f = 0; f < N_FAMILIES; f++)
+    for (size_t j = 0; j < 3 && families[f].model_types[j]; j++) {
+      if ((families[f].refusal != NULL) != refused) continue;
+      int n = snprintf(len < size ? buf + len : NULL, len < size ? size - len : 0, "%s%s",
+                       len ? ", " : "", families[f].model_types[j]);
+      len += (size_t)n;
+    }
+  return len;
+}
+
+static const hf_family *family_of(const char *s, bool architecture) {
+  for (size_t i = 0; s && i < N_FAMILIES; i++)
+    for (size_t j = 0; j < 3; j++) {
+      const char *name = architecture ? families[i].architectures[j] : families[i].model_types[j];
+      if (name && strcmp(name, s) == 0) return &families[i];
+    }
+  return NULL;
+}
+
+/* Finds the family from model_type, or else from architectures (a
+ * transformers class name names its family as exactly); refuses one whose
+ * routing moegen cannot compute. A file that names no family is an error:
+ * moegen does not guess key names or routing. */
+static int detect_family(hf_load *h) {
+  const char *type;
+  char supported[512];
+  const json_t *archs = json_object_get(h->root, "architectures");
+  int rc = get_string(h, h->root, "model_type", &type);
+  if (rc) return rc;
+  moegen_hf_model_types(supported, sizeof supported, false);
+  h->family_key = "model_type";
+  h->family_name = type;
+  h->family = family_of(type, false);
+  for (size_t i = 0; !type && !h->family && i < json_array_size(archs); i++) {
+    h->family_name = json_string_value(json_array_get(archs, i));
+    h->family = family_of(h->family_name, true);
+    h->family_key = "architectures";
+  }
+  if (h->family && h->family->refusal)
+    return hf_fail(h, EX_CONFIG, h->family_key, "\"%s\" is not supported: %s", h->family_name,
+                   h->family->refusal);
+  if (h->family) return 0;
+  if (type)
+    return hf_fail(h, EX_DATAERR, "model_type", "unsupported model type \"%.80s\" (supported: %s)",
+                   type, supported);
+  return hf_fail(h, EX_DATAERR, "model_type",
+                 "missing, and %s; moegen does not guess a model family (supported model_type "
+                 "values: %s; or give the keys in CONFIG.lua or --set)",
+                 archs ? "architectures names no supported model" : "there is no architectures",
+                 supported);
+}
+
+/* Sets the facts of the family (origin: the model_type line). */
+static void apply_family_facts(hf_load *h) {
+  moegen_config *c = h->cfg;
+  static const moegen_field facts[] = {MOEGEN_F_SCORE,       MOEGEN_F_PRE_SOFTMAX, MOEGEN_F_GROUPS,
+                                       MOEGEN_F_GROUP_TOPK,  MOEGEN_F_EXPERT_BIAS, MOEGEN_F_SCALING,
+                                       MOEGEN_F_SHARED_EXPERTS};
+  c->score = h->family->score;
+  c->pre_softmax = false;
+  c->groups = 0;
+  c->group_topk = 0;
+  c->expert_bias = h->family->expert_bias;
+  c->scaling = 1.0;
+  c->shared_experts = h->family->shared_experts;
+  for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++)
+    set_origin(h, facts[i], h->family_key);
 }
 
 /* norm_topk_prob: for softmax, false means softmax over all E without
@@ -432,7 +637,7 @@ static int apply_root(hf_load *h) {
   if (rc) return rc;
   apply_family_facts(h);
   for (const hf_number *n = h->family->numbers; !rc && n->keys[0]; n++) rc = apply_number(h, n);
-  if (!rc && h->family->deepseek_keys) rc = apply_deepseek_keys(h);
+  if (!rc && h->family->rules) rc = h->family->rules(h);
   if (!rc && h->family->norm_topk_prob >= 0) rc = apply_norm_topk_prob(h);
   if (!rc) rc = apply_torch_dtype(h);
   if (rc) return rc;

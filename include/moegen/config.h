@@ -79,13 +79,23 @@ void moegen_config_defaults(moegen_config *c);
  * error `c` is unchanged. */
 int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err);
 
-/* Applies a Hugging Face config.json (DeepSeek-V3/Kimi-K2, Qwen3-MoE, Mixtral,
- * gpt-oss, Llama-4 with text_config). Bare NaN/Infinity are tolerated.
+/* Applies a Hugging Face config.json of a family moegen_hf_model_type lists
+ * as loaded (found by model_type, or by architectures when the file has no
+ * model_type; a file with neither is an error, EX_DATAERR). A family whose
+ * routing moegen cannot compute exactly (phimoe, ernie4_5_moe), or a
+ * file's routing keys it cannot compute (e.g. deepseek_v2's
+ * group_limited_greedy unless num_experts_per_tok = topk_group), is refused
+ * with EX_CONFIG and the reason. Bare NaN/Infinity are tolerated.
  * Unknown HF keys are ignored; known keys of the wrong type are errors
  * (EX_DATAERR, like malformed JSON, a key twice in one object and an
  * unsupported model_type; EX_NOINPUT if the file cannot be read). On error
  * `c` is unchanged. */
 int moegen_config_load_hf(moegen_config *c, const char *path, moegen_error *err);
+
+/* Writes the model_type values moegen_config_load_hf loads (refused: those
+ * it refuses) into buf as "a, b, ..."; returns the length it needs (like
+ * snprintf). */
+size_t moegen_hf_model_types(char *buf, size_t size, bool refused);
 
 /* Applies a built-in preset by name (see moegen_preset_names). EX_USAGE if unknown. */
 int moegen_config_preset(moegen_config *c, const char *name, moegen_error *err);

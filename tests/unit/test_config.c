@@ -231,9 +231,14 @@ static void test_hf_errors(void) {
   expect_hf_error("no_such_file.json", NULL, EX_NOINPUT, "%s: cannot read: ", "missing file");
   expect_hf_error(NULL, "[1, 2]\n", EX_DATAERR, "%s:1: json: the top level is not an object",
                   "array root");
-  expect_hf_error(NULL, "{\"hidden_size\": 1}\n", EX_DATAERR,
-                  "%s: model_type: missing, and architectures names no supported model",
+  /* No model_type: architectures may name the family; nothing else is guessed. */
+  expect_hf_error(NULL, "{\"hidden_size\": 1, \"num_local_experts\": 8}\n", EX_DATAERR,
+                  "%s: model_type: missing, and there is no architectures; moegen does not guess "
+                  "a model family (supported model_type values: deepseek_v2, deepseek_v3,",
                   "no model_type");
+  expect_hf_error(NULL, "{\"architectures\": [\"BertModel\"], \"hidden_size\": 1}\n", EX_DATAERR,
+                  "%s: model_type: missing, and architectures names no supported model; moegen",
+                  "no model_type, unknown architectures");
   expect_hf_error(NULL, "{\"model_type\": 7}\n", EX_DATAERR, "%s:1: model_type: expected a string",
                   "model_type type");
   expect_hf_error(NULL,
@@ -253,6 +258,15 @@ static void test_hf_errors(void) {
                   "\"norm_topk_prob\": false}\n",
                   EX_CONFIG, "%s:2: norm_topk_prob: false is not supported with sigmoid",
                   "sigmoid without renormalization");
+  /* DeepSeek-V3's router scores a group by its 2 best experts, TE by its best
+   * K/group_topk: groups that matter must have K = 2 * topk_group. */
+  expect_hf_error(NULL,
+                  "{\"model_type\": \"deepseek_v3\", \"n_routed_experts\": 64,\n"
+                  "\"num_experts_per_tok\": 8, \"n_group\": 8,\n\"topk_group\": 2}\n",
+                  EX_CONFIG,
+                  "%s:3: topk_group: 2 with n_group 8 and num_experts_per_tok 8 is not supported: "
+                  "deepseek_v3 scores an expert group by the sum of its 2 best scores",
+                  "deepseek_v3 group score");
   expect_hf_error(NULL, "{\"model_type\": \"llama4\",\n\"text_config\": []}\n", EX_DATAERR,
                   "%s:2: text_config: expected an object", "text_config type");
   expect_hf_error(NULL, "{\"model_type\": \"mixtral\",\n\"hidden_size\": NaN}\n", EX_DATAERR,
@@ -337,6 +351,204 @@ static void test_hf_families(void) {
         c.name);
   unlink(path);
   rmdir(dir);
+}
+
+/* A model's config.json in tests/data/models (no preset) and what it loads to. */
+typedef struct hf_model_case {
+  const char *file;
+  int experts, topk, hidden, ffn;
+  moegen_score score;
+  bool pre_softmax;
+  int groups, group_topk;
+  bool expert_bias;
+  double scaling;
+  int shared_experts;
+  double aux_loss_coeff;
+} hf_model_case;
+
+/* The real files of the families without a preset: each loads to the
+ * routing of its transformers model and validates. */
+static void test_hf_model_files(void) {
+  static const hf_model_case cases[] = {
+      /* softmax, top-6 of it, never renormalized, times routed_scaling_factor */
+      {"deepseek-v2-lite", 64, 6, 2048, 1408, MOEGEN_SCORE_SOFTMAX, true, 0, 0, false, 1.0, 2,
+       0.001},
+      /* sigmoid + e_score_correction_bias, renormalized; n_group 1 is no groups */
+      {"glm-4.5-air", 128, 8, 4096, 1408, MOEGEN_SCORE_SIGMOID, false, 0, 0, true, 1.0, 1, 0.0},
+      /* softmax over all, top-8, norm_topk_prob false; one shared expert */
+      {"qwen2-57b-a14b", 64, 8, 3584, 2560, MOEGEN_SCORE_SOFTMAX, true, 0, 0, false, 1.0, 1,
+       0.001},
+      {"olmoe-1b-7b-0924", 64, 8, 2048, 1024, MOEGEN_SCORE_SOFTMAX, true, 0, 0, false, 1.0, 0,
+       0.01},
+      /* softmax over the top-8 logits */
+      {"granite-3.0-1b-a400m-instruct", 32, 8, 1024, 512, MOEGEN_SCORE_SOFTMAX, false, 0, 0,
+       false, 1.0, 0, 0.0},
+      {"llama4-scout", 16, 1, 5120, 8192, MOEGEN_SCORE_SIGMOID, false, 0, 0, false, 1.0, 1, 0.001},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const hf_model_case *m = &cases[i];
+    char path[4500];
+    snprintf(path, sizeof path, "%s/%s.json", models, m->file);
+    moegen_config got, want;
+    moegen_error err = {0};
+    moegen_config_defaults(&got);
+    moegen_config_defaults(&want);
+    snprintf(want.name, sizeof want.name, "%s", m->file);
+    want.experts = m->experts;
+    want.topk = m->topk;
+    want.hidden = m->hidden;
+    want.ffn = m->ffn;
+    want.score = m->score;
+    want.pre_softmax = m->pre_softmax;
+    want.groups = m->groups;
+    want.group_topk = m->group_topk;
+    want.expert_bias = m->expert_bias;
+    want.scaling = m->scaling;
+    want.shared_experts = m->shared_experts;
+    want.aux_loss_coeff = m->aux_loss_coeff;
+    int rc = moegen_config_load_hf(&got, path, &err);
+    CHECK(rc == 0, "%s: %s", path, err.msg);
+    if (rc) continue;
+    same_values(&got, &want, m->file);
+    CHECK(moegen_config_validate(&got, &err) == 0, "%s: %s", path, err.msg);
+    CHECK(strcmp(got.origin[MOEGEN_F_EXPERTS].file, path) == 0 &&
+              got.origin[MOEGEN_F_EXPERTS].line > 1,
+          "%s: experts origin %s:%d", m->file, got.origin[MOEGEN_F_EXPERTS].file,
+          got.origin[MOEGEN_F_EXPERTS].line);
+  }
+  /* Real files of routing moegen cannot compute are refused, with the reason. */
+  expect_hf_error("../../data/models/deepseek-v2.json", NULL, EX_CONFIG,
+                  "%s:22: topk_method: group_limited_greedy with num_experts_per_tok 6 and "
+                  "topk_group 3 is not supported: deepseek_v2 scores an expert group by its best "
+                  "score, moegen (like TE) by the sum of its best num_experts_per_tok/topk_group "
+                  "= 2",
+                  "DeepSeek-V2");
+  expect_hf_error("../../data/models/phi-3.5-moe-instruct.json", NULL, EX_CONFIG,
+                  "%s:8: model_type: \"phimoe\" is not supported: it routes with sparsemixer",
+                  "Phi-3.5-MoE");
+}
+
+/* Loads text as a temporary .json into c (from the defaults); returns the code. */
+static int load_hf_text(moegen_config *c, const char *text, moegen_error *err) {
+  const char *p = temp_file(text, ".json");
+  moegen_config_defaults(c);
+  int rc = p ? moegen_config_load_hf(c, p, err) : -1;
+  if (p) unlink(p);
+  return rc;
+}
+
+/* The routing rules of the families beyond their real files. */
+static void test_hf_family_rules(void) {
+  moegen_config c;
+  moegen_error err = {0};
+  /* deepseek_v2: greedy (the default) ignores the groups; group_limited_greedy
+   * is taken when a group's best score is its best num_experts_per_tok/topk_group. */
+  CHECK(load_hf_text(&c, "{\"model_type\": \"deepseek_v2\", \"num_experts_per_tok\": 6,\n"
+                         "\"n_group\": 8, \"topk_group\": 3}\n", &err) == 0 &&
+            c.groups == 0 && c.group_topk == 0 && c.pre_softmax && c.score == MOEGEN_SCORE_SOFTMAX,
+        "deepseek_v2 greedy: %s", err.msg);
+  CHECK(load_hf_text(&c, "{\"model_type\": \"deepseek_v2\", \"num_experts_per_tok\": 4,\n"
+                         "\"n_group\": 8, \"topk_group\": 4, \"topk_method\": "
+                         "\"group_limited_greedy\",\n\"routed_scaling_factor\": 16.0}\n", &err) == 0 &&
+            c.groups == 8 && c.group_topk == 4 && c.pre_softmax && c.scaling == 16.0,
+        "deepseek_v2 group_limited_greedy K = topk_group: %s", err.msg);
+  expect_hf_error(NULL, "{\"model_type\": \"deepseek_v2\",\n\"norm_topk_prob\": true}\n", EX_CONFIG,
+                  "%s:2: norm_topk_prob: true is not supported for deepseek_v2: transformers' "
+                  "DeepseekV2Moe ignores it",
+                  "deepseek_v2 norm_topk_prob");
+  expect_hf_error(NULL, "{\"model_type\": \"deepseek_v2\",\n\"scoring_func\": \"sigmoid\"}\n",
+                  EX_CONFIG,
+                  "%s:2: scoring_func: \"sigmoid\" is not supported for deepseek_v2, which routes "
+                  "by softmax",
+                  "deepseek_v2 scoring_func");
+  expect_hf_error(NULL, "{\"model_type\": \"deepseek_v2\",\n\"topk_method\": \"noaux_tc\"}\n",
+                  EX_CONFIG,
+                  "%s:2: topk_method: \"noaux_tc\" is not supported for deepseek_v2 (expected "
+                  "greedy or group_limited_greedy)",
+                  "deepseek_v2 topk_method");
+  /* glm4_moe and deepseek_v3: a group scores its 2 best; groups that keep every
+   * group do not matter. */
+  CHECK(load_hf_text(&c, "{\"model_type\": \"glm4_moe\", \"num_experts_per_tok\": 4,\n"
+                         "\"n_group\": 4, \"topk_group\": 2}\n", &err) == 0 &&
+            c.groups == 4 && c.group_topk == 2 && c.expert_bias && c.score == MOEGEN_SCORE_SIGMOID,
+        "glm4_moe K = 2 * topk_group: %s", err.msg);
+  expect_hf_error(NULL, "{\"model_type\": \"glm4_moe\", \"num_experts_per_tok\": 8,\n"
+                        "\"n_group\": 4, \"topk_group\": 2}\n", EX_CONFIG,
+                  "%s:2: topk_group: 2 with n_group 4 and num_experts_per_tok 8 is not supported: "
+                  "glm4_moe scores",
+                  "glm4_moe group score");
+  CHECK(load_hf_text(&c, "{\"model_type\": \"deepseek_v3\", \"num_experts_per_tok\": 8,\n"
+                         "\"n_group\": 4, \"topk_group\": 4}\n", &err) == 0 &&
+            c.groups == 4 && c.group_topk == 4,
+        "deepseek_v3 every group kept: %s", err.msg);
+  expect_hf_error(NULL, "{\"model_type\": \"glm4_moe\", \"num_experts_per_tok\": 8,\n"
+                        "\"norm_topk_prob\": false}\n", EX_CONFIG,
+                  "%s:2: norm_topk_prob: false is not supported with sigmoid", "glm4_moe norm");
+  /* qwen2_moe: the shared expert follows shared_expert_intermediate_size
+   * (Qwen2MoeConfig's default has one); norm_topk_prob true renormalizes. */
+  CHECK(load_hf_text(&c, "{\"model_type\": \"qwen2_moe\"}\n", &err) == 0 && c.shared_experts == 1 &&
+            c.pre_softmax,
+        "qwen2_moe defaults: %s", err.msg);
+  CHECK(load_hf_text(&c, "{\"model_type\": \"qwen2_moe\", \"shared_expert_intermediate_size\": 0,\n"
+                         "\"norm_topk_prob\": true}\n", &err) == 0 &&
+            c.shared_experts == 0 && !c.pre_softmax &&
+            c.origin[MOEGEN_F_SHARED_EXPERTS].line == 1 && c.origin[MOEGEN_F_PRE_SOFTMAX].line == 2,
+        "qwen2_moe no shared expert: %s", err.msg);
+  expect_hf_error(NULL, "{\"model_type\": \"qwen2_moe\",\n\"shared_expert_intermediate_size\": -1}\n",
+                  EX_DATAERR, "%s:2: shared_expert_intermediate_size: must be >= 0, got -1",
+                  "qwen2_moe shared size");
+  expect_hf_error(NULL, "{\"model_type\": \"qwen2_moe\",\n\"shared_expert_intermediate_size\": 1.5}\n",
+                  EX_DATAERR, "%s:2: shared_expert_intermediate_size: expected an integer, got a real",
+                  "qwen2_moe shared size type");
+  /* olmoe: norm_topk_prob (default false) as for Qwen. */
+  CHECK(load_hf_text(&c, "{\"model_type\": \"olmoe\", \"norm_topk_prob\": true}\n", &err) == 0 &&
+            !c.pre_softmax && c.score == MOEGEN_SCORE_SOFTMAX,
+        "olmoe norm_topk_prob: %s", err.msg);
+  /* dbrx: the MoE keys in ffn_config; the top-K divided by its
+   * moe_normalize_expert_weights-norm: 1 (the default) or null. */
+  CHECK(load_hf_text(&c, "{\"model_type\": \"dbrx\", \"d_model\": 6144,\n"
+                         "\"ffn_config\": {\"moe_num_experts\": 16, \"moe_top_k\": 4,\n"
+                         "  \"ffn_hidden_size\": 10752, \"moe_loss_weight\": 0.05}}\n", &err) == 0 &&
+            c.experts == 16 && c.topk == 4 && c.hidden == 6144 && c.ffn == 10752 &&
+            c.aux_loss_coeff == 0.05 && !c.pre_softmax && c.score == MOEGEN_SCORE_SOFTMAX &&
+            c.origin[MOEGEN_F_TOPK].line == 2 && moegen_config_validate(&c, &err) == 0,
+        "dbrx: %s", err.msg);
+  CHECK(load_hf_text(&c, "{\"model_type\": \"dbrx\",\n\"ffn_config\": {\"moe_normalize_expert_weights\":"
+                         " 1.0}}\n", &err) == 0 && !c.pre_softmax &&
+            c.origin[MOEGEN_F_PRE_SOFTMAX].line == 2,
+        "dbrx L1: %s", err.msg);
+  CHECK(load_hf_text(&c, "{\"model_type\": \"dbrx\",\n\"ffn_config\": {\"moe_normalize_expert_weights\":"
+                         " null}}\n", &err) == 0 && c.pre_softmax,
+        "dbrx no normalization: %s", err.msg);
+  expect_hf_error(NULL, "{\"model_type\": \"dbrx\",\n\"ffn_config\": {\"moe_normalize_expert_weights\": 2}}\n",
+                  EX_CONFIG,
+                  "%s:2: moe_normalize_expert_weights: 2 is not supported: DBRX divides the top-K "
+                  "weights by their 2-norm",
+                  "dbrx L2");
+  expect_hf_error(NULL, "{\"model_type\": \"dbrx\",\n\"ffn_config\": {\"moe_normalize_expert_weights\": \"1\"}}\n",
+                  EX_DATAERR, "%s:2: moe_normalize_expert_weights: expected a number or null, got a string",
+                  "dbrx norm type");
+  expect_hf_error(NULL, "{\"model_type\": \"dbrx\",\n\"ffn_config\": 3}\n", EX_DATAERR,
+                  "%s:2: ffn_config: expected an object, got an integer", "dbrx ffn_config type");
+  /* Without model_type, an architectures entry names any family. */
+  CHECK(load_hf_text(&c, "{\"architectures\": [\"Qwen2MoeForCausalLM\"], \"num_experts\": 60}\n",
+                     &err) == 0 &&
+            c.experts == 60 && c.shared_experts == 1 && c.pre_softmax,
+        "qwen2_moe by architectures: %s", err.msg);
+  /* Refused families, by model_type or by architectures. */
+  expect_hf_error(NULL, "{\"model_type\": \"ernie4_5_moe\",\n\"moe_num_experts\": 64}\n", EX_CONFIG,
+                  "%s:1: model_type: \"ernie4_5_moe\" is not supported: it selects experts by "
+                  "softmax scores plus e_score_correction_bias",
+                  "ernie4_5_moe");
+  expect_hf_error(NULL, "{\"architectures\": [\"PhimoeForCausalLM\"],\n\"num_local_experts\": 16}\n",
+                  EX_CONFIG, "%s:1: architectures: \"PhimoeForCausalLM\" is not supported: it routes "
+                  "with sparsemixer",
+                  "phimoe by architectures");
+  expect_hf_error(NULL, "{\"model_type\": \"hunyuan_v1_moe\"}\n", EX_DATAERR,
+                  "%s:1: model_type: unsupported model type \"hunyuan_v1_moe\" (supported: "
+                  "deepseek_v2, deepseek_v3, kimi_k2, glm4_moe, qwen2_moe, qwen3_moe, olmoe, "
+                  "mixtral, granitemoe, dbrx, gpt_oss, llama4, llama4_text)",
+                  "unsupported family");
 }
 
 /* ---------------------------------------------------------------- Lua files */
@@ -689,6 +901,8 @@ int main(int argc, char **argv) {
   test_hf_nonfinite();
   test_hf_errors();
   test_hf_families();
+  test_hf_model_files();
+  test_hf_family_rules();
   test_lua_good();
   test_lua_errors();
   test_validation();
