@@ -36,8 +36,7 @@ typedef struct option_desc {
 static const option_desc options[OPT_COUNT] = {
     [OPT_PRESET] = {"--preset", "NAME", "start from a built-in model preset (see --list-presets)"},
     [OPT_HF_CONFIG] = {"--hf-config", "FILE",
-                       "apply a Hugging Face config.json (DeepSeek-V3, Kimi-K2, Qwen3-MoE, "
-                       "Mixtral, gpt-oss, Llama-4)"},
+                       "apply a Hugging Face config.json of a family listed below"},
     [OPT_SET] = {"--set", "KEY=VALUE", "set one config key (repeatable; booleans are true/false)"},
     [OPT_NAME] = {"--name", "NAME",
                   "module name: prefixes the output files and C symbols; a C identifier of at "
@@ -106,6 +105,15 @@ static void print_item(FILE *f, const char *left, const char *text) {
   fputc('\n', f);
 }
 
+/* Prints the model_type values moegen_config_load_hf loads (or refuses) as
+ * one help item, followed by note. */
+static void print_model_types(FILE *f, bool refused, const char *left, const char *note) {
+  char list[1024];
+  size_t len = moegen_hf_model_types(list, sizeof list, refused);
+  if (len < sizeof list) snprintf(list + len, sizeof list - len, "%s", note);
+  print_item(f, left, list);
+}
+
 static void print_help(FILE *f) {
   fputs("usage: moegen [CONFIG.lua] [--preset NAME] [--hf-config FILE]\n"
         "              [--set KEY=VALUE]... --name NAME --out DIR [--arch ARCH]\n"
@@ -131,8 +139,13 @@ static void print_help(FILE *f) {
         "source overrides only the keys it names (a --hf-config file also sets the\n"
         "routing facts of its model family). The result is then validated; errors\n"
         "say FILE:LINE: key: reason.\n"
-        "\nconfig keys (CONFIG.lua table keys and --set keys):\n",
+        "\nHugging Face config.json families (--hf-config: a file's family is its\n"
+        "model_type or, without one, its architectures entry; a file naming neither is\n"
+        "an error, no family is guessed; so is a key twice in one JSON object):\n",
         f);
+  print_model_types(f, false, "loaded", "");
+  print_model_types(f, true, "refused", " (moegen cannot compute their routing; the error says why)");
+  fputs("\nconfig keys (CONFIG.lua table keys and --set keys):\n", f);
   for (int k = 0; k < MOEGEN_F_COUNT; k++) {
     char text[256];
     snprintf(text, sizeof text, "%s: %s", moegen_config_key_type((moegen_field)k),
@@ -160,8 +173,9 @@ static void print_help(FILE *f) {
         "  64  EX_USAGE: bad command line (unknown option, missing or repeated value,\n"
         "      unknown preset, --set without '=' or with an unknown key, bad --name,\n"
         "      --arch or --compile)\n"
-        "  65  EX_DATAERR: malformed input (Lua or JSON error, a value of the wrong\n"
-        "      type, an unknown key in CONFIG.lua, an unsupported model_type)\n"
+        "  65  EX_DATAERR: malformed input (Lua or JSON error, a duplicate JSON key, a\n"
+        "      value of the wrong type, an unknown key in CONFIG.lua, an unsupported or\n"
+        "      missing model_type)\n"
         "  66  EX_NOINPUT: a config file cannot be read\n"
         "  69  EX_UNAVAILABLE: nvcc or NVRTC is not available\n"
         "  70  EX_SOFTWARE: the kernel compile failed, or an internal error\n"
@@ -169,8 +183,9 @@ static void print_help(FILE *f) {
         "  73  EX_CANTCREAT: an output directory or file cannot be created (--out\n"
         "      names a file, a directory without write permission, ...)\n"
         "  74  EX_IOERR: writing an output file or stdout failed\n"
-        "a failure leaves no output: no file, and no directory that moegen created\n"
-        "  78  EX_CONFIG: a well-formed but invalid config (e.g. topk > experts)\n",
+        "  78  EX_CONFIG: a well-formed but invalid config (e.g. topk > experts), or a\n"
+        "      config.json whose routing moegen cannot compute (e.g. phimoe's)\n"
+        "\nA failure leaves no output: no file, and no directory that moegen created.\n",
         f);
 }
 

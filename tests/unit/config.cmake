@@ -41,6 +41,8 @@ moegen_cli_test(cli_config_help RC 0 ARGS --help
   OUT "usage: moegen" "CONFIG\\.lua" "--preset NAME" "--hf-config FILE" "--set KEY=VALUE"
       "--name NAME" "--out DIR" "--arch ARCH" "--compile MODE" "--list-presets" "--print-config"
       "--help" "--version" "--preset, then\n--hf-config, then CONFIG\\.lua, then each --set"
+      "\nHugging Face config\\.json families \\(--hf-config: " "\n  loaded  +deepseek_v2, "
+      "\n  refused  +phimoe, ernie4_5_moe "
       "DIR/NAME\\.cu" "DIR/NAME\\.h" "DIR/NAME\\.c" "DIR/NAME\\.json" "64  EX_USAGE"
       "65  EX_DATAERR" "66  EX_NOINPUT" "69  EX_UNAVAILABLE" "70  EX_SOFTWARE" "71  EX_OSERR"
       "73  EX_CANTCREAT" "74  EX_IOERR" "78  EX_CONFIG")

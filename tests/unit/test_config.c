@@ -868,7 +868,17 @@ static void test_to_lua(void) {
 
 /* ---------------------------------------------------------------- --help */
 
-/* moegen --help lists every config key of the table. */
+/* Whether word is in text as a list item: after a space, before ',', ' ',
+ * '\n' or the end. */
+static bool has_word(const char *text, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = strstr(text, word); p; p = strstr(p + 1, word))
+    if (p > text && p[-1] == ' ' && strchr(", \n", p[n])) return true;
+  return false;
+}
+
+/* moegen --help lists every config key of the table and every model_type
+ * moegen_config_load_hf knows. */
 static void test_help(const char *moegen) {
   char cmd[4200], buf[16384];
   snprintf(cmd, sizeof cmd, "'%s' --help", moegen);
@@ -882,6 +892,12 @@ static void test_help(const char *moegen) {
     char want[128];
     snprintf(want, sizeof want, "\n  %s ", moegen_config_key_name((moegen_field)k));
     CHECK(strstr(buf, want) != NULL, "--help lacks key %s", want + 3);
+  }
+  for (int refused = 0; refused < 2; refused++) {
+    char list[1024];
+    CHECK(moegen_hf_model_types(list, sizeof list, refused) < sizeof list, "model_type list");
+    for (char *t = strtok(list, ", "); t; t = strtok(NULL, ", "))
+      CHECK(has_word(buf, t), "--help lacks model_type %s", t);
   }
 }
 
