@@ -353,67 +353,47 @@ static void test_hf_families(void) {
   rmdir(dir);
 }
 
-/* A model's config.json in tests/data/models (no preset) and what it loads to. */
-typedef struct hf_model_case {
-  const char *file;
-  int experts, topk, hidden, ffn;
-  moegen_score score;
-  bool pre_softmax;
-  int groups, group_topk;
-  bool expert_bias;
-  double scaling;
-  int shared_experts;
-  double aux_loss_coeff;
-} hf_model_case;
-
-/* The real files of the families without a preset: each loads to the
- * routing of its transformers model and validates. */
+/* The real files of the families without a preset (tests/data/models): each
+ * loads to the routing of its transformers model (the keys that differ from
+ * the defaults, as --set assignments) and validates. */
 static void test_hf_model_files(void) {
-  static const hf_model_case cases[] = {
-      /* softmax, top-6 of it, never renormalized, times routed_scaling_factor */
-      {"deepseek-v2-lite", 64, 6, 2048, 1408, MOEGEN_SCORE_SOFTMAX, true, 0, 0, false, 1.0, 2,
-       0.001},
+  static const char *const cases[][2] = {
+      /* softmax, top-6 of it, never renormalized, times routed_scaling_factor (1) */
+      {"deepseek-v2-lite", "experts=64 topk=6 hidden=2048 ffn=1408 pre_softmax=true "
+                           "shared_experts=2 aux_loss_coeff=0.001"},
       /* sigmoid + e_score_correction_bias, renormalized; n_group 1 is no groups */
-      {"glm-4.5-air", 128, 8, 4096, 1408, MOEGEN_SCORE_SIGMOID, false, 0, 0, true, 1.0, 1, 0.0},
+      {"glm-4.5-air", "experts=128 topk=8 hidden=4096 ffn=1408 score=sigmoid expert_bias=true "
+                      "shared_experts=1"},
       /* softmax over all, top-8, norm_topk_prob false; one shared expert */
-      {"qwen2-57b-a14b", 64, 8, 3584, 2560, MOEGEN_SCORE_SOFTMAX, true, 0, 0, false, 1.0, 1,
-       0.001},
-      {"olmoe-1b-7b-0924", 64, 8, 2048, 1024, MOEGEN_SCORE_SOFTMAX, true, 0, 0, false, 1.0, 0,
-       0.01},
+      {"qwen2-57b-a14b", "experts=64 topk=8 hidden=3584 ffn=2560 pre_softmax=true "
+                         "shared_experts=1 aux_loss_coeff=0.001"},
+      {"olmoe-1b-7b-0924", "experts=64 topk=8 hidden=2048 ffn=1024 pre_softmax=true "
+                           "aux_loss_coeff=0.01"},
       /* softmax over the top-8 logits */
-      {"granite-3.0-1b-a400m-instruct", 32, 8, 1024, 512, MOEGEN_SCORE_SOFTMAX, false, 0, 0,
-       false, 1.0, 0, 0.0},
-      {"llama4-scout", 16, 1, 5120, 8192, MOEGEN_SCORE_SIGMOID, false, 0, 0, false, 1.0, 1, 0.001},
+      {"granite-3.0-1b-a400m-instruct", "experts=32 topk=8 hidden=1024 ffn=512"},
+      {"llama4-scout", "experts=16 topk=1 hidden=5120 ffn=8192 score=sigmoid shared_experts=1 "
+                       "aux_loss_coeff=0.001"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const hf_model_case *m = &cases[i];
-    char path[4500];
-    snprintf(path, sizeof path, "%s/%s.json", models, m->file);
+    char path[4500], sets[256], name[128];
     moegen_config got, want;
     moegen_error err = {0};
-    moegen_config_defaults(&got);
+    snprintf(path, sizeof path, "%s/%s.json", models, cases[i][0]);
+    snprintf(name, sizeof name, "name=%s", cases[i][0]);
+    snprintf(sets, sizeof sets, "%s", cases[i][1]);
     moegen_config_defaults(&want);
-    snprintf(want.name, sizeof want.name, "%s", m->file);
-    want.experts = m->experts;
-    want.topk = m->topk;
-    want.hidden = m->hidden;
-    want.ffn = m->ffn;
-    want.score = m->score;
-    want.pre_softmax = m->pre_softmax;
-    want.groups = m->groups;
-    want.group_topk = m->group_topk;
-    want.expert_bias = m->expert_bias;
-    want.scaling = m->scaling;
-    want.shared_experts = m->shared_experts;
-    want.aux_loss_coeff = m->aux_loss_coeff;
+    CHECK(moegen_config_set(&want, name, 0, &err) == 0, "%s: %s", name, err.msg);
+    for (char *t = strtok(sets, " "); t; t = strtok(NULL, " "))
+      CHECK(moegen_config_set(&want, t, 0, &err) == 0, "%s: %s", t, err.msg);
+    moegen_config_defaults(&got);
     int rc = moegen_config_load_hf(&got, path, &err);
     CHECK(rc == 0, "%s: %s", path, err.msg);
     if (rc) continue;
-    same_values(&got, &want, m->file);
+    same_values(&got, &want, cases[i][0]);
     CHECK(moegen_config_validate(&got, &err) == 0, "%s: %s", path, err.msg);
     CHECK(strcmp(got.origin[MOEGEN_F_EXPERTS].file, path) == 0 &&
               got.origin[MOEGEN_F_EXPERTS].line > 1,
-          "%s: experts origin %s:%d", m->file, got.origin[MOEGEN_F_EXPERTS].file,
+          "%s: experts origin %s:%d", cases[i][0], got.origin[MOEGEN_F_EXPERTS].file,
           got.origin[MOEGEN_F_EXPERTS].line);
   }
   /* Real files of routing moegen cannot compute are refused, with the reason. */
