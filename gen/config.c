@@ -597,6 +597,11 @@ static int check_name(const moegen_config *c, moegen_error *err) {
   return code ? reject(err, code, c, MOEGEN_F_NAME, "%s", why) : 0;
 }
 
+/* Ungrouped, the router spreads E experts over up to a warp's lanes
+ * (MOEGEN_MAX_GROUPS of them), at most MOEGEN_MAX_EXPERTS_PER_LANE each. */
+_Static_assert(MOEGEN_MAX_EXPERTS <= MOEGEN_MAX_GROUPS * MOEGEN_MAX_EXPERTS_PER_LANE,
+               "MOEGEN_MAX_EXPERTS experts do not fit a warp's lanes");
+
 static int check_sizes(const moegen_config *c, moegen_error *err) {
   if (c->experts < 1 || c->experts > MOEGEN_MAX_EXPERTS)
     return reject(err, EX_CONFIG, c, MOEGEN_F_EXPERTS, "must be in 1..%d, got %d",
@@ -648,7 +653,27 @@ static int check_qb(const moegen_config *c, moegen_error *err) {
   return 0;
 }
 
-/* Group-limited routing: TE's checks, in TE's order. */
+/* Whether the router can lay out a group (groups > 1): a warp's lanes
+ * (MOEGEN_MAX_GROUPS) are shared by pow2_ceil(groups) group slots, and a
+ * group spreads over a power of two of its slot's lanes that divides the
+ * group's size, at most MOEGEN_MAX_EXPERTS_PER_LANE experts a lane
+ * (templates/plan.lua router_plan; it takes fewer lanes only where each
+ * then still holds fewer than 32). */
+static int check_group_lanes(const moegen_config *c, moegen_error *err) {
+  int size = c->experts / c->groups, slots = 1;
+  while (slots < c->groups) slots *= 2;
+  int most = MOEGEN_MAX_GROUPS / slots, lanes = most;
+  while (size % lanes) lanes /= 2;
+  if (size / lanes <= MOEGEN_MAX_EXPERTS_PER_LANE) return 0;
+  return reject(err, EX_CONFIG, c, MOEGEN_F_GROUPS,
+                "%d experts a group do not fit the router: a group's lanes are the largest power "
+                "of two that divides %d and is at most %d (a warp's %d lanes over %d group slots), "
+                "so %d lane%s of %d experts, over the %d a lane holds",
+                size, size, most, MOEGEN_MAX_GROUPS, slots, lanes, lanes == 1 ? "" : "s",
+                size / lanes, MOEGEN_MAX_EXPERTS_PER_LANE);
+}
+
+/* Group-limited routing: TE's checks, in TE's order, then the router's layout. */
 static int check_groups(const moegen_config *c, moegen_error *err) {
   int E = c->experts, K = c->topk, g = c->groups, gk = c->group_topk;
   if (g < 0) return reject(err, EX_CONFIG, c, MOEGEN_F_GROUPS, "must be >= 0, got %d", g);
@@ -674,7 +699,7 @@ static int check_groups(const moegen_config *c, moegen_error *err) {
     return reject(err, EX_CONFIG, c, MOEGEN_F_GROUP_TOPK,
                   "topk/group_topk = %d experts per kept group exceeds experts/groups = %d",
                   K / gk, E / g);
-  return 0;
+  return g > 1 ? check_group_lanes(c, err) : 0;
 }
 
 static int check_numbers(const moegen_config *c, moegen_error *err) {

@@ -449,6 +449,16 @@ static const bad_case bad_cases[] = {
     {"groups = 8,\n", EX_CONFIG, "8: groups: 8 needs group_topk > 0 (group_topk = 0)"},
     {"group_topk = 2,\n", EX_CONFIG, "8: group_topk: 2 needs groups > 0 (groups = 0)"},
     {"groups = -1,\n", EX_CONFIG, "8: groups: must be >= 0, got -1"},
+    /* a group spreads over a power of two of lanes that divides its size:
+     * 65 (odd) takes one lane, 332 = 4 * 83 at most 4 (found by tests/fuzz) */
+    {"experts = 130, groups = 2, group_topk = 1,\n", EX_CONFIG,
+     "8: groups: 65 experts a group do not fit the router: a group's lanes are the largest "
+     "power of two that divides 65 and is at most 16 (a warp's 32 lanes over 2 group slots), "
+     "so 1 lane of 65 experts, over the 64 a lane holds"},
+    {"experts = 996, groups = 3, group_topk = 1,\n", EX_CONFIG,
+     "8: groups: 332 experts a group do not fit the router: a group's lanes are the largest "
+     "power of two that divides 332 and is at most 8 (a warp's 32 lanes over 4 group slots), "
+     "so 4 lanes of 83 experts, over the 64 a lane holds"},
     {"score = \"softmax\",\n", EX_CONFIG, /* cites the bias, set on line 7 */
      "7: expert_bias: only valid with score = \"sigmoid\" or \"sqrtsoftplus\""},
     {"pre_softmax = true,\n", EX_CONFIG, "8: pre_softmax: only valid with score = \"softmax\""},
@@ -511,6 +521,10 @@ static void test_validation(void) {
   c.groups = 32;
   c.group_topk = 16;
   CHECK(moegen_config_validate(&c, &err) == 0, "E 2048 K 32 groups 32/16: %s", err.msg);
+  c.groups = c.group_topk = 2; /* 1024 experts a group over 16 lanes: 64 a lane */
+  CHECK(moegen_config_validate(&c, &err) == 0, "E 2048 K 32 groups 2/2: %s", err.msg);
+  c.groups = 32;
+  c.group_topk = 16;
   c.groups = 64;
   expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG,
                "groups: 64 exceeds the 32 groups the router kernel supports", "groups > 32");
