@@ -46,8 +46,8 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
     KEY(MOEGEN_F_NAME, KT_STR, name, "model name, informational: UTF-8, at most 63 bytes, no control characters"),
     KEY(MOEGEN_F_EXPERTS, KT_INT, experts, "E, routed experts (1..2048)"),
     KEY(MOEGEN_F_TOPK, KT_INT, topk, "K, experts per token (1..min(E, 32))"),
-    KEY(MOEGEN_F_HIDDEN, KT_INT, hidden, "H, hidden size (model dim), > 0"),
-    KEY(MOEGEN_F_FFN, KT_INT, ffn, "F, per-expert FFN (intermediate) size, > 0"),
+    KEY(MOEGEN_F_HIDDEN, KT_INT, hidden, "H, hidden size (model dim), 1..16777216"),
+    KEY(MOEGEN_F_FFN, KT_INT, ffn, "F, per-expert FFN (intermediate) size, 1..16777216"),
     KEY(MOEGEN_F_SCORE, KT_SCORE, score, "router score function"),
     KEY(MOEGEN_F_PRE_SOFTMAX, KT_BOOL, pre_softmax,
         "softmax over all E before top-K, no renormalization (softmax only)"),
@@ -616,7 +616,13 @@ static int check_sizes(const moegen_config *c, moegen_error *err) {
                   c->experts);
   if (c->hidden < 1)
     return reject(err, EX_CONFIG, c, MOEGEN_F_HIDDEN, "must be > 0, got %d", c->hidden);
+  if (c->hidden > MOEGEN_MAX_DIM)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_HIDDEN, "%d exceeds the kernel limit of %d",
+                  c->hidden, MOEGEN_MAX_DIM);
   if (c->ffn < 1) return reject(err, EX_CONFIG, c, MOEGEN_F_FFN, "must be > 0, got %d", c->ffn);
+  if (c->ffn > MOEGEN_MAX_DIM)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_FFN, "%d exceeds the kernel limit of %d", c->ffn,
+                  MOEGEN_MAX_DIM);
   return 0;
 }
 

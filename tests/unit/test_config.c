@@ -439,6 +439,9 @@ static const bad_case bad_cases[] = {
     {"experts = -4,\n", EX_CONFIG, "8: experts: must be in 1..2048, got -4"},
     {"hidden = 0,\n", EX_CONFIG, "8: hidden: must be > 0, got 0"},
     {"ffn = -128,\n", EX_CONFIG, "8: ffn: must be > 0, got -128"},
+    /* int plan fields and row sizes (gemm1's N = 2 * ffn; found by tests/fuzz) */
+    {"hidden = 16777217,\n", EX_CONFIG, "8: hidden: 16777217 exceeds the kernel limit of 16777216"},
+    {"ffn = 1073741824,\n", EX_CONFIG, "8: ffn: 1073741824 exceeds the kernel limit of 16777216"},
     {"groups = 6, group_topk = 2,\n", EX_CONFIG,
      "8: groups: experts (64) is not a multiple of groups (6)"},
     {"groups = 8, group_topk = 3,\n", EX_CONFIG,
@@ -520,7 +523,9 @@ static void test_validation(void) {
   c.topk = 32;
   c.groups = 32;
   c.group_topk = 16;
-  CHECK(moegen_config_validate(&c, &err) == 0, "E 2048 K 32 groups 32/16: %s", err.msg);
+  c.hidden = c.ffn = MOEGEN_MAX_DIM;
+  CHECK(moegen_config_validate(&c, &err) == 0, "E 2048 K 32 groups 32/16, H = F = 2^24: %s",
+        err.msg);
   c.groups = c.group_topk = 2; /* 1024 experts a group over 16 lanes: 64 a lane */
   CHECK(moegen_config_validate(&c, &err) == 0, "E 2048 K 32 groups 2/2: %s", err.msg);
   c.groups = 32;
