@@ -36,6 +36,8 @@
 
 #include <sanitizer/common_interface_defs.h>
 
+#include "read_file.h" /* moegen_read_file, of the library under test */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_LEN 16384     /* longest input the mutators make */
@@ -214,30 +216,11 @@ static void keep(const uint8_t *data, size_t len) {
   pool[pool_len++] = (input){copy, len};
 }
 
-/* Reads a whole file into a new buffer, or NULL. */
-static uint8_t *read_whole(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  uint8_t *buf = NULL;
-  size_t n = 0, cap = 0, got;
-  do {
-    if (n == cap) {
-      uint8_t *more = realloc(buf, cap = cap * 2 + 4096);
-      if (!more) break;
-      buf = more;
-    }
-    n += got = fread(buf + n, 1, cap - n, f);
-  } while (got > 0);
-  fclose(f);
-  *len = n;
-  return buf;
-}
-
 /* Reads a libFuzzer dictionary: lines [name=]"value" with \\, \" and \xNN
  * escapes; # comments. Returns 0, or -1 if the file cannot be read. */
 static int load_dict(const char *path) {
   size_t len;
-  char *text = (char *)read_whole(path, &len);
+  char *text = moegen_read_file(path, &len);
   if (!text) return -1;
   for (char *p = text, *end = text + len; p < end && dict_len < 1024;) {
     char *eol = memchr(p, '\n', (size_t)(end - p));
@@ -372,9 +355,10 @@ static int replay(const char *path) {
   if (stat(path, &st) != 0) return -1;
   if (!S_ISDIR(st.st_mode)) {
     size_t len;
-    uint8_t *data = read_whole(path, &len);
+    uint8_t *data = (uint8_t *)moegen_read_file(path, &len);
     if (!data) return -1;
     if (len > MAX_LEN) len = MAX_LEN;
+    memset(hits, 0, sizeof hits); /* not the edges of reading the file */
     run(data, len);
     keep(data, len);
     free(data);

@@ -54,6 +54,7 @@ else()
   moegen_fuzz_library(moegen_gen_fuzz ${MOEGEN_FUZZ_SANITIZE} -fsanitize-coverage=trace-pc)
   add_executable(fuzz_config fuzz/fuzz_config.c fuzz/driver.c)
   target_compile_options(fuzz_config PRIVATE ${MOEGEN_FUZZ_SANITIZE})
+  target_include_directories(fuzz_config PRIVATE ${CMAKE_SOURCE_DIR}/gen)
   target_link_libraries(fuzz_config PRIVATE moegen_gen_fuzz)
   add_test(NAME fuzz_config COMMAND fuzz_config -t 60 ${MOEGEN_FUZZ_ARGS}
     -o ${CMAKE_CURRENT_BINARY_DIR}/fuzz-findings ${MOEGEN_FUZZ_CORPUS})
