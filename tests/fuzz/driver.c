@@ -86,6 +86,7 @@ static int take_coverage(void) {
   return fresh;
 }
 
+/* The number of (edge, bucket) features reached so far. */
 static int features(void) {
   int n = 0;
   for (size_t i = 0; i < MAP_SIZE; i++) n += __builtin_popcount(seen[i]);
@@ -205,6 +206,7 @@ static uint64_t rnd(void) {
   return rng_state * 2685821657736338717u;
 }
 
+/* A random number in [0, n) (0 for n = 0). */
 static size_t below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 /* Adds a copy of data to the pool (while there is room). */
@@ -337,12 +339,14 @@ static size_t mutate(uint8_t *buf, size_t len) {
 
 /* ---------------------------------------------------------------- main */
 
+/* Seconds on the monotonic clock. */
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* qsort order of file names (char *). */
 static int compare_names(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -388,12 +392,15 @@ static int replay(const char *path) {
   return files;
 }
 
+/* Prints the usage line; returns EX_USAGE. */
 static int usage(void) {
   fprintf(stderr, "usage: fuzz_config [-t SECONDS] [-s SEED] [-o DIR] [-k DIR] [-x DICT] "
                   "[-T SECONDS] PATH...\n");
   return 64;
 }
 
+/* See the file comment: replay, then fuzz until the time is up. 0 when
+ * nothing was found. */
 int main(int argc, char **argv) {
   double seconds = 60;
   uint64_t seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();

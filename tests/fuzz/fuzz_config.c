@@ -234,6 +234,7 @@ static int apply_sets(moegen_config *c, const uint8_t *text, size_t len) {
   return rc;
 }
 
+/* One input (see the file comment); returns 0, aborts on a broken invariant. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0) return 0;
   int kind = data[0] == 'L' ? 0 : data[0] == 'J' ? 1 : data[0] == 'S' ? 2 : data[0] % 3;
