@@ -5,10 +5,11 @@
 # tests/fuzz/driver.c, on moegen_gen_fuzz, the generator library's sources
 # compiled a second time with ASan and UBSan (and -fsanitize-coverage=trace-pc,
 # the driver's feedback: the library's edges only); Lua and jansson stay the
-# system libraries, and the main build's flags are untouched. The test fuzz_config replays the corpus
-# (tests/fuzz/corpus) and fuzzes until 60 s have passed;
-# MOEGEN_FUZZ_SECONDS=N ctest -L fuzz runs it for N seconds. Findings are
-# written to build/tests/fuzz-findings/crash-*.
+# system libraries, and the main build's flags are untouched. The test
+# fuzz_config replays the corpus (tests/fuzz/corpus: seeds lua-*, hf-*,
+# set-* by kind; finding-*, inputs that once found a bug) and fuzzes until
+# 60 s have passed; MOEGEN_FUZZ_SECONDS=N ctest -L fuzz runs it for N
+# seconds. Findings are written to build/tests/fuzz-findings/crash-*.
 #
 # With -DMOEGEN_FUZZ=ON (clang with libFuzzer): also fuzz_config_libfuzzer,
 # the same entry point under libFuzzer (test fuzz_config_libfuzzer, label
