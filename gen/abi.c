@@ -2,6 +2,7 @@
 #include "abi.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -93,6 +94,10 @@ int moegen_abi_read_plan(moegen_sandbox *sb, moegen_image *image, moegen_error *
     snprintf(path, sizeof path, "plan.%s", f[i].path);
     int rc = moegen_sandbox_get_int(sb, path, &v, err);
     if (rc) return rc;
+    if (v < INT_MIN || v > INT_MAX) { /* not cut short: the image's fields are ints */
+      snprintf(err->msg, sizeof err->msg, "%s = %ld does not fit an int image field", path, v);
+      return err->code = EX_SOFTWARE;
+    }
     set_field(image, &f[i], (int)v);
   }
   return 0;

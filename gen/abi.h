@@ -44,7 +44,8 @@ void moegen_abi_kernel_shape(const moegen_image *image, const moegen_abi_kernel 
 int moegen_abi_present(const moegen_image *image, const char *name);
 
 /* Reads every plan field of plan.lua's result (global `plan` of sb) into
- * image (plan.<path>; a missing or non-integer one is an error naming it). */
+ * image (plan.<path>; a missing or non-integer one, or one outside the
+ * range of an int, is an error naming it). */
 int moegen_abi_read_plan(moegen_sandbox *sb, moegen_image *image, moegen_error *err);
 
 /* Runs the generated chunk that sets global `abi` in sb: abi.dtype,

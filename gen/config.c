@@ -46,8 +46,8 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
     KEY(MOEGEN_F_NAME, KT_STR, name, "model name, informational: UTF-8, at most 63 bytes, no control characters"),
     KEY(MOEGEN_F_EXPERTS, KT_INT, experts, "E, routed experts (1..2048)"),
     KEY(MOEGEN_F_TOPK, KT_INT, topk, "K, experts per token (1..min(E, 32))"),
-    KEY(MOEGEN_F_HIDDEN, KT_INT, hidden, "H, hidden size (model dim), > 0"),
-    KEY(MOEGEN_F_FFN, KT_INT, ffn, "F, per-expert FFN (intermediate) size, > 0"),
+    KEY(MOEGEN_F_HIDDEN, KT_INT, hidden, "H, hidden size (model dim), 1..16777216"),
+    KEY(MOEGEN_F_FFN, KT_INT, ffn, "F, per-expert FFN (intermediate) size, 1..16777216"),
     KEY(MOEGEN_F_SCORE, KT_SCORE, score, "router score function"),
     KEY(MOEGEN_F_PRE_SOFTMAX, KT_BOOL, pre_softmax,
         "softmax over all E before top-K, no renormalization (softmax only)"),
@@ -597,6 +597,11 @@ static int check_name(const moegen_config *c, moegen_error *err) {
   return code ? reject(err, code, c, MOEGEN_F_NAME, "%s", why) : 0;
 }
 
+/* Ungrouped, the router spreads E experts over up to a warp's lanes
+ * (MOEGEN_MAX_GROUPS of them), at most MOEGEN_MAX_EXPERTS_PER_LANE each. */
+_Static_assert(MOEGEN_MAX_EXPERTS <= MOEGEN_MAX_GROUPS * MOEGEN_MAX_EXPERTS_PER_LANE,
+               "MOEGEN_MAX_EXPERTS experts do not fit a warp's lanes");
+
 static int check_sizes(const moegen_config *c, moegen_error *err) {
   if (c->experts < 1 || c->experts > MOEGEN_MAX_EXPERTS)
     return reject(err, EX_CONFIG, c, MOEGEN_F_EXPERTS, "must be in 1..%d, got %d",
@@ -611,7 +616,13 @@ static int check_sizes(const moegen_config *c, moegen_error *err) {
                   c->experts);
   if (c->hidden < 1)
     return reject(err, EX_CONFIG, c, MOEGEN_F_HIDDEN, "must be > 0, got %d", c->hidden);
+  if (c->hidden > MOEGEN_MAX_DIM)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_HIDDEN, "%d exceeds the kernel limit of %d",
+                  c->hidden, MOEGEN_MAX_DIM);
   if (c->ffn < 1) return reject(err, EX_CONFIG, c, MOEGEN_F_FFN, "must be > 0, got %d", c->ffn);
+  if (c->ffn > MOEGEN_MAX_DIM)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_FFN, "%d exceeds the kernel limit of %d", c->ffn,
+                  MOEGEN_MAX_DIM);
   return 0;
 }
 
@@ -648,7 +659,27 @@ static int check_qb(const moegen_config *c, moegen_error *err) {
   return 0;
 }
 
-/* Group-limited routing: TE's checks, in TE's order. */
+/* Whether the router can lay out a group (groups > 1): a warp's lanes
+ * (MOEGEN_MAX_GROUPS) are shared by pow2_ceil(groups) group slots, and a
+ * group spreads over a power of two of its slot's lanes that divides the
+ * group's size, at most MOEGEN_MAX_EXPERTS_PER_LANE experts a lane
+ * (templates/plan.lua router_plan; it takes fewer lanes only where each
+ * then still holds fewer than 32). */
+static int check_group_lanes(const moegen_config *c, moegen_error *err) {
+  int size = c->experts / c->groups, slots = 1;
+  while (slots < c->groups) slots *= 2;
+  int most = MOEGEN_MAX_GROUPS / slots, lanes = most;
+  while (size % lanes) lanes /= 2;
+  if (size / lanes <= MOEGEN_MAX_EXPERTS_PER_LANE) return 0;
+  return reject(err, EX_CONFIG, c, MOEGEN_F_GROUPS,
+                "%d experts a group do not fit the router: a group's lanes are the largest power "
+                "of two that divides %d and is at most %d (a warp's %d lanes over %d group slots), "
+                "so %d lane%s of %d experts, over the %d a lane holds",
+                size, size, most, MOEGEN_MAX_GROUPS, slots, lanes, lanes == 1 ? "" : "s",
+                size / lanes, MOEGEN_MAX_EXPERTS_PER_LANE);
+}
+
+/* Group-limited routing: TE's checks, in TE's order, then the router's layout. */
 static int check_groups(const moegen_config *c, moegen_error *err) {
   int E = c->experts, K = c->topk, g = c->groups, gk = c->group_topk;
   if (g < 0) return reject(err, EX_CONFIG, c, MOEGEN_F_GROUPS, "must be >= 0, got %d", g);
@@ -674,7 +705,7 @@ static int check_groups(const moegen_config *c, moegen_error *err) {
     return reject(err, EX_CONFIG, c, MOEGEN_F_GROUP_TOPK,
                   "topk/group_topk = %d experts per kept group exceeds experts/groups = %d",
                   K / gk, E / g);
-  return 0;
+  return g > 1 ? check_group_lanes(c, err) : 0;
 }
 
 static int check_numbers(const moegen_config *c, moegen_error *err) {

@@ -31,6 +31,10 @@ end
 local function align16(n) return (n + 15) // 16 * 16 end
 
 local dtype_bytes = abi.dtype_bytes
+-- moegen/types.h MOEGEN_LIMITS, which config validation checks: the
+-- layouts below fail only where validation let a config through that it
+-- should not have.
+local MAX_GROUPS, MAX_PER_LANE = abi.limits.max_groups, abi.limits.max_experts_per_lane
 local dtype_ctype = { fp32 = "float", bf16 = "bf16_t", fp16 = "fp16_t" }
 
 -- Router forward (templates/router.cu.lt). A token is served by `lanes`
@@ -73,8 +77,8 @@ local function router_plan(target, vec_bytes, small)
   local gsize = E // ngroups
   local seg, lanes, per_lane
   if grouped then
-    if ngroups > 32 then
-      error("router: groups = " .. ngroups .. " is more than the 32 the router kernel supports")
+    if ngroups > MAX_GROUPS then
+      error("router: groups = " .. ngroups .. " is more than the " .. MAX_GROUPS .. " the router kernel supports")
     end
     local slots = pow2_ceil(ngroups)
     seg = 1
@@ -91,8 +95,8 @@ local function router_plan(target, vec_bytes, small)
     lanes = math.min(lanes, pow2_ceil((E + per_lane - 1) // per_lane)) -- no lanes without experts
     seg = lanes
   end
-  if per_lane > 64 then
-    error("router: " .. E .. " experts need " .. per_lane .. " per lane (max 64)")
+  if per_lane > MAX_PER_LANE then
+    error("router: " .. E .. " experts need " .. per_lane .. " per lane (max " .. MAX_PER_LANE .. ")")
   end
   local esize = dtype_bytes[cfg.logits_dtype]
   local threads = per_lane > 32 and 128 or 256
@@ -188,7 +192,7 @@ end
 -- kernels: a token's E experts over `lanes` lanes of a warp, `per_lane`
 -- consecutive experts each. per_lane is a multiple of 8 so a lane owns whole
 -- bitmap bytes; the target of 8 makes one 16-byte access of bf16 grads and
--- keeps ~56 bytes per lane in flight. The row lives in registers (<= 64).
+-- keeps ~56 bytes per lane in flight. The row lives in registers (<= MAX_PER_LANE).
 -- Dense rows: a sparse backward (picks only) saved no time (bench/HISTORY.md
 -- run 18 call 3; bench/PLAN_NOTES.md §router-bwd).
 local ROW_TARGET = 8
@@ -197,8 +201,8 @@ local function row_plan(E, esize)
   local lanes = math.max(1, math.min(32, pow2_floor(E // ROW_TARGET)))
   local per_lane = (E + lanes - 1) // lanes
   per_lane = (per_lane + 7) // 8 * 8
-  if per_lane > 64 then
-    error("router backward: " .. E .. " experts need " .. per_lane .. " per lane (max 64)")
+  if per_lane > MAX_PER_LANE then
+    error("router backward: " .. E .. " experts need " .. per_lane .. " per lane (max " .. MAX_PER_LANE .. ")")
   end
   local threads = 256
   return {

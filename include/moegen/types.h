@@ -31,11 +31,19 @@ extern "C" {
   X(INT32, int32, 0) X(INT64, int64, 1) X(FP32, fp32, 2) X(BF16, bf16, 3) X(INT16, int16, 4)
 
 /* Hard limits of the generated kernels (checked by config validation):
- * X(ENUM, name, value). */
-#define MOEGEN_LIMITS(X)          \
-  X(MAX_EXPERTS, max_experts, 2048) \
-  X(MAX_TOPK, max_topk, 32)         \
-  X(MAX_GROUPS, max_groups, 32) /* groups > 1 map to lanes of one warp */
+ * X(ENUM, name, value). The router kernels lay a token's experts over the
+ * lanes of one warp, at most max_experts_per_lane a lane (they live in
+ * registers): max_experts is 32 lanes of those. hidden and ffn are at
+ * most max_dim (2^24): the image's plan fields, the kernels' shape
+ * constants and the runtime's row sizes are ints (gemm1's N is 2 * ffn, an
+ * fp32 row 4 * hidden bytes), and an expert's weight bytes times the
+ * experts fit an int64 with room to spare. */
+#define MOEGEN_LIMITS(X)                       \
+  X(MAX_EXPERTS, max_experts, 2048)              \
+  X(MAX_TOPK, max_topk, 32)                      \
+  X(MAX_GROUPS, max_groups, 32) /* groups > 1 map to lanes of one warp */ \
+  X(MAX_EXPERTS_PER_LANE, max_experts_per_lane, 64)                     \
+  X(MAX_DIM, max_dim, 16777216) /* hidden, ffn: see below */
 
 #define MOEGEN_DTYPE_ENUM_(e, name, value, bytes) MOEGEN_DTYPE_##e = value,
 typedef enum moegen_dtype { MOEGEN_DTYPES(MOEGEN_DTYPE_ENUM_) } moegen_dtype;

@@ -644,6 +644,9 @@ static const bad_case bad_cases[] = {
     {"experts = -4,\n", EX_CONFIG, "8: experts: must be in 1..2048, got -4"},
     {"hidden = 0,\n", EX_CONFIG, "8: hidden: must be > 0, got 0"},
     {"ffn = -128,\n", EX_CONFIG, "8: ffn: must be > 0, got -128"},
+    /* int plan fields and row sizes (gemm1's N = 2 * ffn; found by tests/fuzz) */
+    {"hidden = 16777217,\n", EX_CONFIG, "8: hidden: 16777217 exceeds the kernel limit of 16777216"},
+    {"ffn = 1073741824,\n", EX_CONFIG, "8: ffn: 1073741824 exceeds the kernel limit of 16777216"},
     {"groups = 6, group_topk = 2,\n", EX_CONFIG,
      "8: groups: experts (64) is not a multiple of groups (6)"},
     {"groups = 8, group_topk = 3,\n", EX_CONFIG,
@@ -654,6 +657,16 @@ static const bad_case bad_cases[] = {
     {"groups = 8,\n", EX_CONFIG, "8: groups: 8 needs group_topk > 0 (group_topk = 0)"},
     {"group_topk = 2,\n", EX_CONFIG, "8: group_topk: 2 needs groups > 0 (groups = 0)"},
     {"groups = -1,\n", EX_CONFIG, "8: groups: must be >= 0, got -1"},
+    /* a group spreads over a power of two of lanes that divides its size:
+     * 65 (odd) takes one lane, 332 = 4 * 83 at most 4 (found by tests/fuzz) */
+    {"experts = 130, groups = 2, group_topk = 1,\n", EX_CONFIG,
+     "8: groups: 65 experts a group do not fit the router: a group's lanes are the largest "
+     "power of two that divides 65 and is at most 16 (a warp's 32 lanes over 2 group slots), "
+     "so 1 lane of 65 experts, over the 64 a lane holds"},
+    {"experts = 996, groups = 3, group_topk = 1,\n", EX_CONFIG,
+     "8: groups: 332 experts a group do not fit the router: a group's lanes are the largest "
+     "power of two that divides 332 and is at most 8 (a warp's 32 lanes over 4 group slots), "
+     "so 4 lanes of 83 experts, over the 64 a lane holds"},
     {"score = \"softmax\",\n", EX_CONFIG, /* cites the bias, set on line 7 */
      "7: expert_bias: only valid with score = \"sigmoid\" or \"sqrtsoftplus\""},
     {"pre_softmax = true,\n", EX_CONFIG, "8: pre_softmax: only valid with score = \"softmax\""},
@@ -715,7 +728,13 @@ static void test_validation(void) {
   c.topk = 32;
   c.groups = 32;
   c.group_topk = 16;
-  CHECK(moegen_config_validate(&c, &err) == 0, "E 2048 K 32 groups 32/16: %s", err.msg);
+  c.hidden = c.ffn = MOEGEN_MAX_DIM;
+  CHECK(moegen_config_validate(&c, &err) == 0, "E 2048 K 32 groups 32/16, H = F = 2^24: %s",
+        err.msg);
+  c.groups = c.group_topk = 2; /* 1024 experts a group over 16 lanes: 64 a lane */
+  CHECK(moegen_config_validate(&c, &err) == 0, "E 2048 K 32 groups 2/2: %s", err.msg);
+  c.groups = 32;
+  c.group_topk = 16;
   c.groups = 64;
   expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG,
                "groups: 64 exceeds the 32 groups the router kernel supports", "groups > 32");
