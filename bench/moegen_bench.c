@@ -167,7 +167,7 @@ static int warm_cache(const char *model_list) {
       fprintf(stderr, "moegen-bench: %s: %s\n", models[i].name, err.msg);
       return 1;
     }
-    fprintf(stderr, "moegen-bench: %s for %s: %d units compiled into the cache (0: all were there)\n",
+    fprintf(stderr, "moegen-bench: %s for %s: %d kernels compiled into the cache (0: all were there)\n",
             models[i].name, bench_arch, compiled);
   }
   return 0;

@@ -340,6 +340,23 @@ static int check_layouts(const moegen_abi_kernel *k, const char *text, moegen_er
   return 0;
 }
 
+/* Fails unless the kernel whose extern "C" is at `at` sits in its own
+ * abi.want guard: the nearest "#if MOEGEN_WANT(" above it names row id,
+ * with no #endif between (so a per-kernel compile holds exactly it). */
+static int check_guard(const char *text, const char *at, size_t id, const char *kname,
+                       moegen_error *err) {
+  static const char open[] = "#if MOEGEN_WANT(";
+  const char *guard = NULL;
+  for (const char *g = strstr(text, open); g && g < at; g = strstr(g + 1, open)) guard = g;
+  long got = guard ? strtol(guard + sizeof open - 1, NULL, 10) : -1;
+  const char *end = guard ? strstr(guard, "#endif") : NULL;
+  if (guard && got == (long)id && !(end && end < at)) return 0;
+  if (!guard || (end && end < at))
+    return fail(err, "%s: its definition is not inside <%%= abi.want(...) %%> ... #endif", kname);
+  return fail(err, "%s: it sits in MOEGEN_WANT(%ld), which is %s; its own id is %zu", kname, got,
+              (size_t)got < moegen_abi_kernel_count ? moegen_abi_kernels[got].name : "no kernel", id);
+}
+
 int moegen_abi_check_source(const char *cu, const moegen_image *image, moegen_error *err) {
   static const char marker[] = "extern \"C\" __global__";
   char *text = strip_comments(cu);
@@ -347,6 +364,7 @@ int moegen_abi_check_source(const char *cu, const moegen_image *image, moegen_er
   int rc = 0;
   unsigned char seen[sizeof moegen_abi_kernels / sizeof moegen_abi_kernels[0]] = {0};
   for (const char *p = strstr(text, marker); p && !rc; p = strstr(p, marker)) {
+    const char *at = p;
     p = skip_space(p + sizeof marker - 1);
     if (!strncmp(p, "void", 4)) p = skip_space(p + 4);
     if (!strncmp(p, "__launch_bounds__", 17)) {
@@ -381,6 +399,8 @@ int moegen_abi_check_source(const char *cu, const moegen_image *image, moegen_er
       rc = fail(err, "%s: rendered twice", kname);
       break;
     }
+    rc = check_guard(text, at, i, kname, err);
+    if (rc) break;
     declared_param got[MAX_PARAMS];
     size_t ngot = split_params(p + 1, close - 1, got);
     rc = check_kernel(&moegen_abi_kernels[i], got, ngot, image->gemm.portable, err);
@@ -445,7 +465,9 @@ MOEGEN_PARAM_STRUCTS(LAYOUT_STRUCT)
  * `device` has abi.structs[host]'s size, and its fields, by name, in the
  * same order and of the same sizes (a structured binding of a value-
  * initialized struct, compared member by member in a constexpr lambda:
- * NVRTC has no offsetof). */
+ * NVRTC has no offsetof). abi.want(name): the line that opens kernel
+ * name's definition, "#if MOEGEN_WANT(id) // name" (prelude.cuh; id = its
+ * row here), closed by an #endif after the kernel's body. */
 static const char layout_check_lua[] =
     "function abi.layout_check(device, host)\n"
     "  local s = abi.structs[host]\n"
@@ -460,6 +482,11 @@ static const char layout_check_lua[] =
     "  return string.format('static_assert(sizeof(%s) == %d, \"%s " LAYOUT_MARK "\");\\n' ..\n"
     "    'static_assert([] {\\n  %s s{};\\n  auto &[%s] = s;\\n  return %s;\\n}(), \"%s: fields %s in this order and size\");',\n"
     "    device, s.size, device, host, device, table.concat(bind, ', '), table.concat(tests, ' &&\\n         '), device, table.concat(names, ', '))\n"
+    "end\n"
+    "function abi.want(name)\n"
+    "  local k = abi.kernels[tostring(name):gsub('^moegen_', '')]\n"
+    "  if not k then error(\"abi.want: \" .. tostring(name) .. \" is no kernel of moegen/abi.def\", 2) end\n"
+    "  return string.format('#if MOEGEN_WANT(%d) // %s', k.id, k.name)\n"
     "end\n"
     "return abi\n";
 
@@ -480,8 +507,8 @@ int moegen_abi_export(moegen_sandbox *sb, moegen_error *err) {
   for (size_t i = 0; i < moegen_abi_kernel_count; i++) {
     const moegen_abi_kernel *k = &moegen_abi_kernels[i];
     const abi_signature *sig = find_signature(k->signature);
-    put(&t, "    %s = { name = \"%s\", unit = %d, plan = \"%s\", params = {", k->name + 7, k->name,
-        (int)k->unit, k->plan);
+    put(&t, "    %s = { id = %zu, name = \"%s\", unit = %d, plan = \"%s\", params = {",
+        k->name + 7, i, k->name, (int)k->unit, k->plan);
     for (size_t j = 0; j < sig->count; j++) {
       const abi_param *p = &sig->params[j];
       put(&t, " { name = \"%s\", operand = %s, sm90_only = %s },", p->name,

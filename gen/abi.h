@@ -51,14 +51,15 @@ int moegen_abi_read_plan(moegen_sandbox *sb, moegen_image *image, moegen_error *
 /* Runs the generated chunk that sets global `abi` in sb: abi.dtype,
  * abi.dtype_bytes, abi.score, abi.index_dtype, abi.count_dtype, abi.limits
  * (moegen/types.h) and abi.kernels
- * (name = {name, unit, plan, params = {parameter names, launch order}}). */
+ * (name = {id, name, unit, plan, params = {parameter names, launch order}}),
+ * abi.layout_check and abi.want. */
 int moegen_abi_export(moegen_sandbox *sb, moegen_error *err);
 
 /* Checks that every extern "C" kernel in the rendered source cu is one the
  * image holds, that every kernel the image holds is there, and that each
  * declares its abi.def parameters in launch order (names and kinds; on the
- * portable GEMM path, without the sm_90a-only tail). EX_SOFTWARE naming the
- * kernel and both lists otherwise. */
+ * portable GEMM path, without the sm_90a-only tail), inside its own
+ * abi.want guard. EX_SOFTWARE naming the kernel (and both lists) otherwise. */
 int moegen_abi_check_source(const char *cu, const moegen_image *image, moegen_error *err);
 
 /* The AOT image definition (the text of NAME.c after the data arrays): a

@@ -1,6 +1,7 @@
 /* gen/emit.c -- moegen_generate: render, compile, write DIR/NAME.{cu,h,c,json}. */
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,57 @@ static int write_h(FILE *f, const moegen_sources *s, const moegen_gen_options *o
                    const unit_bin *b) { return write_text(f, s->h); }
 
 /* Renders, compiles and writes the four files into the existing out_dir. */
+/* One unit's compile on its own thread. */
+typedef struct unit_compile {
+  const moegen_sources *src;
+  const moegen_gen_options *opt;
+  const char *out_dir;
+  moegen_unit u;
+  unit_bin *bin;
+  int spilled, rc;
+  moegen_error err;
+} unit_compile;
+
+static void *compile_one(void *arg) {
+  unit_compile *c = arg;
+  c->rc = moegen_compile(c->src->cu, c->u, c->opt, c->out_dir, &c->spilled, &c->bin->data,
+                         &c->bin->size, &c->err);
+  return NULL;
+}
+
+/* Compiles the units the module holds into bins, a thread each (progress
+ * lines from this thread only); the first failed unit's error. */
+static int compile_units(const moegen_sources *src, const moegen_gen_options *opt,
+                         const char *out_dir, void (*progress)(const char *), unit_bin *bins,
+                         moegen_error *err) {
+  unit_compile jobs[MOEGEN_UNIT_COUNT];
+  pthread_t threads[MOEGEN_UNIT_COUNT];
+  int started[MOEGEN_UNIT_COUNT] = {0}, n = 0;
+  for (int u = 0; u < MOEGEN_UNIT_COUNT; u++) {
+    if (!(src->image.units >> u & 1u)) continue;
+    char what[160];
+    snprintf(what, sizeof what, "%s.cu (%s unit)", opt->name, moegen_unit_name((moegen_unit)u));
+    say(progress, "compiling %s with %s", what, mode_name(opt->compile));
+    jobs[n++] = (unit_compile){src, opt, out_dir, (moegen_unit)u, &bins[u], 0, 0, {0}};
+  }
+  for (int i = 0; i < n; i++) {
+    started[i] = n > 1 && pthread_create(&threads[i], NULL, compile_one, &jobs[i]) == 0;
+    if (!started[i]) compile_one(&jobs[i]);
+  }
+  int rc = 0, spilled = 0;
+  for (int i = 0; i < n; i++) {
+    if (started[i]) pthread_join(threads[i], NULL);
+    spilled |= jobs[i].spilled;
+    if (!rc && jobs[i].rc) {
+      rc = jobs[i].rc;
+      *err = jobs[i].err;
+    }
+  }
+  if (spilled)
+    say(progress, "warning: ptxas reports register spills in the generated kernels (see -Xptxas -v)%s%s", "", "");
+  return rc;
+}
+
 static int generate_into(const moegen_config *cfg, const moegen_gen_options *opt,
                          const char *out_dir, void (*progress)(const char *line),
                          moegen_error *err) {
@@ -206,14 +258,7 @@ static int generate_into(const moegen_config *cfg, const moegen_gen_options *opt
     say(progress, "note: no permute kernels (they need hidden %% 8 == 0): the permute and layer "
                   "ops of %s return MOEGEN_ERR_NOT_SUPPORTED", opt->name, "");
   unit_bin bins[MOEGEN_UNIT_COUNT] = {{0}};
-  for (int u = 0; !rc && opt->compile != MOEGEN_COMPILE_JIT && u < MOEGEN_UNIT_COUNT; u++) {
-    if (!(src.image.units >> u & 1u)) continue;
-    char what[160];
-    snprintf(what, sizeof what, "%s.cu (%s unit)", opt->name, moegen_unit_name((moegen_unit)u));
-    say(progress, "compiling %s with %s", what, mode_name(opt->compile));
-    rc = moegen_compile(src.cu, (moegen_unit)u, opt, out_dir, progress, &bins[u].data,
-                        &bins[u].size, err);
-  }
+  if (opt->compile != MOEGEN_COMPILE_JIT) rc = compile_units(&src, opt, out_dir, progress, bins, err);
   static const struct { const char *ext; writer_fn write; } files[] = {
       {"cu", write_cu}, {"h", write_h}, {"c", write_c}, {"json", write_json}};
   char tmp[4][4096], dst[4][4096];

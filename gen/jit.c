@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sysexits.h>
 
+#include "abi.h"
 #include "moegen/moegen.h"
 #include "shared.h"
 
@@ -106,30 +107,47 @@ moegen_status moegen_jit_warm(const moegen_config *cfg, const char *arch, int *c
   }
   jit_image *j;
   moegen_status st = render_image(cfg, arch, &j, err);
-  for (int u = 0; st == MOEGEN_OK && u < MOEGEN_UNIT_COUNT; u++) {
-    if (!(j->image.units >> u & 1u)) continue;
-    unsigned char *cubin;
-    size_t size;
-    char *log;
-    moegen_cache_outcome outcome;
-    st = moegen_unit_compile(j->source, j->image.source_size, j->name, j->arch, (moegen_unit)u,
-                             &cubin, &size, &log, &outcome);
+  moegen_kernel_job *jobs = calloc(moegen_abi_kernel_count, sizeof *jobs);
+  size_t n = 0;
+  if (st == MOEGEN_OK && !jobs) {
+    st = MOEGEN_ERR_OUT_OF_MEMORY;
+    err->code = EX_OSERR;
+    snprintf(err->msg, sizeof err->msg, "jit_warm: out of memory");
+  }
+  for (size_t i = moegen_abi_kernel_count; st == MOEGEN_OK && i-- > 0;) {
+    const moegen_abi_kernel *k = &moegen_abi_kernels[i];
+    int threads, smem;
+    moegen_abi_kernel_shape(&j->image, k, &threads, &smem);
+    if (threads > 0) jobs[n++] = (moegen_kernel_job){.kernel = (int)i, .unit = k->unit, .kernel_name = k->name};
+  }
+  moegen_jit_source src;
+  if (st == MOEGEN_OK) {
+    moegen_jit_source_init(&src, j->name, j->arch, j->source, j->image.source_size);
+    moegen_kernel_jobs_run(&src, jobs, n);
+  }
+  for (size_t i = 0; st == MOEGEN_OK && i < n; i++) {
+    const moegen_kernel_job *job = &jobs[i];
+    st = job->st;
     if (st != MOEGEN_OK) {
       err->code = st == MOEGEN_ERR_NO_NVRTC ? EX_UNAVAILABLE : EX_SOFTWARE;
-      snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s for %s: %s%s%s",
-               moegen_unit_name((moegen_unit)u), j->name, j->arch, moegen_status_string(st),
-               log ? "\n" : "", log ? log : "");
-    } else if (outcome == MOEGEN_CACHE_UNSTORED) {
+      snprintf(err->msg, sizeof err->msg, "jit_warm: %s (%s unit) of %s for %s: %s%s%s",
+               job->kernel_name, moegen_unit_name(job->unit), j->name, j->arch,
+               moegen_status_string(st), job->log ? "\n" : "", job->log ? job->log : "");
+    } else if (job->outcome == MOEGEN_CACHE_UNSTORED) {
       st = MOEGEN_ERR_INVALID_ARGUMENT;
       err->code = EX_CANTCREAT;
-      snprintf(err->msg, sizeof err->msg, "jit_warm: %s unit of %s: not stored in %s: %s",
-               moegen_unit_name((moegen_unit)u), j->name, dir, log ? log : "?");
-    } else if (outcome == MOEGEN_CACHE_STORED && compiled) {
+      snprintf(err->msg, sizeof err->msg, "jit_warm: %s (%s unit) of %s: not stored in %s: %s",
+               job->kernel_name, moegen_unit_name(job->unit), j->name, dir,
+               job->log ? job->log : "?");
+    } else if (job->outcome == MOEGEN_CACHE_STORED && compiled) {
       ++*compiled;
     }
-    free(cubin);
-    free(log);
   }
+  for (size_t i = 0; i < n; i++) {
+    free(jobs[i].cubin);
+    free(jobs[i].log);
+  }
+  free(jobs);
   if (j) free_jit_image(&j->image);
   return st;
 }

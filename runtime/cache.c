@@ -1,5 +1,10 @@
 /* runtime/cache.c -- on-disk cache of NVRTC cubins, and the runtime's log sink.
  *
+ * Key: SHA-256 of the compile's head (its MOEGEN_UNIT / MOEGEN_KERNEL
+ * lines), of the SHA-256 of the module source (which its caller hashes once
+ * for all of a module's compiles), and of everything else that changes the
+ * cubin (cache_key).
+ *
  * Entry file DIR/<key>.cubin:
  *   "MOEGENC1" | payload size (u64 little-endian) | SHA-256 of payload | payload
  * An entry whose magic, size or checksum is wrong is treated as a miss and
@@ -155,18 +160,22 @@ static void hash_field(moegen_sha256 *s, const void *data, size_t n) {
 
 static void hash_string(moegen_sha256 *s, const char *str) { hash_field(s, str, strlen(str)); }
 
-/* key = SHA-256(source, option count, options..., NVRTC version, arch, moegen
- * version) as hex. MOEGEN_ERR_INVALID_ARGUMENT for an unknown arch,
- * MOEGEN_ERR_NO_NVRTC when NVRTC (hence its version) is unavailable. */
-static moegen_status cache_key(const char *source, size_t source_size, const char *arch,
-                               char key[65]) {
+/* key = SHA-256(head, SHA-256 of the body, option count, options..., NVRTC
+ * version, arch, moegen version) as hex. MOEGEN_ERR_INVALID_ARGUMENT for an
+ * unknown arch, MOEGEN_ERR_NO_NVRTC when NVRTC (hence its version) is
+ * unavailable. */
+static moegen_status cache_key(const moegen_cache_source *src, const char *arch, char key[65]) {
   const char *const *opts = moegen_nvrtc_options_for(arch);
   if (!opts) return MOEGEN_ERR_INVALID_ARGUMENT;
   int major, minor;
   if (moegen_nvrtc_version(&major, &minor) != MOEGEN_OK) return MOEGEN_ERR_NO_NVRTC;
+  unsigned char body[32];
+  if (src->body_sha256) memcpy(body, src->body_sha256, sizeof body);
+  else moegen_sha256_of(src->body, src->body_size, body);
   moegen_sha256 s;
   moegen_sha256_init(&s);
-  hash_field(&s, source, source_size);
+  hash_string(&s, src->head ? src->head : "");
+  hash_field(&s, body, sizeof body);
   size_t count = 0;
   while (opts[count]) count++;
   char text[32];
@@ -181,6 +190,19 @@ static moegen_status cache_key(const char *source, size_t source_size, const cha
   moegen_sha256_final(&s, digest);
   for (int i = 0; i < 32; i++) snprintf(key + 2 * i, 3, "%02x", digest[i]);
   return MOEGEN_OK;
+}
+
+/* head + body as one malloc'd NUL-terminated text (*size without the
+ * NUL), or NULL if out of memory. */
+static char *source_text(const moegen_cache_source *src, size_t *size) {
+  size_t h = src->head ? strlen(src->head) : 0;
+  char *text = malloc(h + src->body_size + 1);
+  if (!text) return NULL;
+  if (h) memcpy(text, src->head, h);
+  memcpy(text + h, src->body, src->body_size);
+  text[h + src->body_size] = 0;
+  *size = h + src->body_size;
+  return text;
 }
 
 /* ---------------------------------------------------------------- entries */
@@ -393,36 +415,56 @@ static int usable_dir(char *dir, size_t size, char *where, size_t where_size, no
   return 1;
 }
 
+/* The progress line before a cold compile: the banner's, once for all the
+ * compiles that share it, else one for `name`. */
+static void announce(moegen_cache_banner *banner, const char *name, const char *arch,
+                     const char *where) {
+  if (banner && atomic_flag_test_and_set(&banner->told)) return;
+  char line[PATH_MAX + 320];
+  snprintf(line, sizeof line, "moegen: compiling %s for %s with NVRTC (%s)",
+           banner ? banner->name : name, arch, where);
+  moegen_log_line(line);
+}
+
 /* Cold path: progress line, NVRTC, then publish (if a path is given);
  * *outcome STORED or UNSTORED on success. */
-static moegen_status compile_and_store(const char *source, size_t source_size, const char *name,
-                                       const char *arch, const char *where, const char *path,
-                                       unsigned char **cubin, size_t *cubin_size,
-                                       moegen_cache_outcome *outcome, notes *n) {
-  char line[PATH_MAX + 320];
-  snprintf(line, sizeof line, "moegen: compiling %s for %s with NVRTC (%s)", name, arch, where);
-  moegen_log_line(line);
+static moegen_status compile_and_store(const moegen_cache_source *src, const char *name,
+                                       const char *arch, moegen_cache_banner *banner,
+                                       const char *where, const char *path, unsigned char **cubin,
+                                       size_t *cubin_size, moegen_cache_outcome *outcome,
+                                       notes *n) {
+  announce(banner, name, arch, where);
+  size_t size;
+  char *text = source_text(src, &size);
+  if (!text) return MOEGEN_ERR_OUT_OF_MEMORY;
   char file_name[256], *log = NULL;
   snprintf(file_name, sizeof file_name, "%s.cu", name);
-  moegen_status st =
-      moegen_nvrtc_compile(source, source_size, file_name, arch, 0, cubin, cubin_size, &log);
+  moegen_status st = moegen_nvrtc_compile(text, size, file_name, arch, 0, cubin, cubin_size, &log);
+  free(text);
   if (st != MOEGEN_OK) note(n, "%s", log ? log : "NVRTC gave no log");
   else if (path && publish_entry(path, *cubin, *cubin_size, n)) *outcome = MOEGEN_CACHE_STORED;
   free(log);
   return st;
 }
 
-moegen_status moegen_cache_compile(const char *source, size_t source_size, const char *name,
-                                   const char *arch, unsigned char **cubin, size_t *cubin_size,
-                                   char **log, moegen_cache_outcome *outcome) {
+moegen_status moegen_cache_compile(const moegen_cache_source *src, const char *name,
+                                   const char *arch, moegen_cache_banner *banner,
+                                   unsigned char **cubin, size_t *cubin_size, char **log,
+                                   moegen_cache_outcome *outcome) {
   *cubin = NULL;
   *cubin_size = 0;
   *log = NULL;
   *outcome = MOEGEN_CACHE_UNSTORED;
   char key[65];
-  moegen_status st = cache_key(source, source_size, arch, key);
-  if (st != MOEGEN_OK) /* unknown arch or no NVRTC: let NVRTC's wrapper say why */
-    return moegen_nvrtc_compile(source, source_size, name, arch, 0, cubin, cubin_size, log);
+  moegen_status st = cache_key(src, arch, key);
+  if (st != MOEGEN_OK) { /* unknown arch or no NVRTC: let NVRTC's wrapper say why */
+    size_t size;
+    char *text = source_text(src, &size);
+    if (!text) return MOEGEN_ERR_OUT_OF_MEMORY;
+    st = moegen_nvrtc_compile(text, size, name, arch, 0, cubin, cubin_size, log);
+    free(text);
+    return st;
+  }
   notes n = {NULL, 0};
   char dir[PATH_MAX], where[PATH_MAX + 64], path[ENTRY_PATH_MAX], lock_path[ENTRY_PATH_MAX];
   int cached = usable_dir(dir, sizeof dir, where, sizeof where, &n), lock = -1;
@@ -451,8 +493,8 @@ moegen_status moegen_cache_compile(const char *source, size_t source_size, const
              "moegen: discarding corrupt cache entry %s (bad header, size or checksum)", path);
     moegen_log_line(line);
   }
-  st = compile_and_store(source, source_size, name, arch, where, cached ? path : NULL, cubin,
-                         cubin_size, outcome, &n);
+  st = compile_and_store(src, name, arch, banner, where, cached ? path : NULL, cubin, cubin_size,
+                         outcome, &n);
   drop_lock(lock, lock_path);
   if (state == ENTRY_CORRUPT && *outcome == MOEGEN_CACHE_STORED)
     note(&n, "cache entry %s was corrupt; rebuilt", path);

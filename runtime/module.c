@@ -1,8 +1,9 @@
-/* runtime/module.c -- modules: a loaded cubin per compile unit, their kernels,
- * per-device setup.
+/* runtime/module.c -- modules: loaded cubins, their kernels, per-device setup.
  *
- * A unit's cubin is compiled (JIT images) and loaded once, on the first use
- * of one of its kernels, with cuLibraryLoadData: a CUlibrary is
+ * A unit is loaded once, on the first use of one of its kernels, with
+ * cuLibraryLoadData: an AOT image has a cubin per unit; a JIT image's unit
+ * is compiled a kernel a cubin (all of the unit's kernels at once, in
+ * parallel: moegen_kernel_jobs_run) and loaded a library per kernel. A CUlibrary is
  * context-independent, and the CUkernel of cuLibraryGetKernel is launchable
  * (as a CUfunction) in any context. What is per device -- the arch check, the
  * SM count, the kernel's dynamic shared memory limit -- is done once per
@@ -34,9 +35,13 @@ struct moegen_module {
   moegen_status unusable;              /* why the module cannot load (from create) */
 
   pthread_mutex_t lock;                /* serializes loading and per-device setup */
-  unsigned char *jit_cubin[MOEGEN_UNIT_COUNT]; /* NVRTC output of a JIT image's units */
-  size_t jit_cubin_size[MOEGEN_UNIT_COUNT];
-  CUlibrary lib[MOEGEN_UNIT_COUNT];    /* written once each, under lock */
+  moegen_jit_source jit_source;        /* JIT: the source and its hash (at the first compile) */
+  unsigned compiled;                   /* JIT: bit u: unit u's kernels are compiled */
+  unsigned char *jit_cubin[MOEGEN_KERNEL_COUNT]; /* JIT: NVRTC output, a cubin per kernel */
+  size_t jit_cubin_size[MOEGEN_KERNEL_COUNT];
+  CUlibrary unit_lib[MOEGEN_UNIT_COUNT];  /* AOT: a library per unit; written once, under lock */
+  CUlibrary kernel_lib[MOEGEN_KERNEL_COUNT]; /* JIT: a library per kernel; likewise */
+  unsigned loaded;                     /* bit u: unit u's libraries are loaded (under lock) */
   CUkernel kernels[MOEGEN_KERNEL_COUNT]; /* written once each, under lock */
   int sm_count[MAX_DEVICES];           /* written once per device, under lock */
   /* 1 + the dynamic smem bytes set for kernel k on device d; 0 = not set up.
@@ -153,9 +158,11 @@ moegen_status moegen_module_create_owned(moegen_image *image, void (*free_image)
 
 void moegen_module_destroy(moegen_module *m) {
   if (!m) return;
-  for (int u = 0; u < MOEGEN_UNIT_COUNT; u++) {
-    if (m->lib[u]) m->drv->cuLibraryUnload(m->lib[u]);
-    free(m->jit_cubin[u]);
+  for (int u = 0; u < MOEGEN_UNIT_COUNT; u++)
+    if (m->unit_lib[u]) m->drv->cuLibraryUnload(m->unit_lib[u]);
+  for (int k = 0; k < MOEGEN_KERNEL_COUNT; k++) {
+    if (m->kernel_lib[k]) m->drv->cuLibraryUnload(m->kernel_lib[k]);
+    free(m->jit_cubin[k]);
   }
   if (m->owned) m->free_image(m->owned);
   free(m->error);
@@ -265,29 +272,6 @@ static moegen_status setup_device(moegen_module *m, CUdevice d) {
   return st;
 }
 
-/* Compiles unit u of a JIT image through the cache into m->jit_cubin[u].
- * Touches only unit u's slots, so units may compile on several threads at
- * once while the lock is held by the thread that started them. */
-static moegen_status compile_unit(moegen_module *m, moegen_unit u) {
-  const moegen_image *img = m->image;
-  char *log = NULL;
-  moegen_cache_outcome outcome;
-  moegen_status st = moegen_unit_compile(img->source, img->source_size, img->name, img->arch, u,
-                                         &m->jit_cubin[u], &m->jit_cubin_size[u], &log, &outcome);
-  if (st == MOEGEN_ERR_OUT_OF_MEMORY)
-    moegen_module_fail(m, st, "out of memory compiling the %s unit of module %s", moegen_unit_name(u),
-                       img->name);
-  else if (st == MOEGEN_ERR_NO_NVRTC)
-    moegen_module_fail(m, st, "module %s is a JIT image and needs NVRTC: %s", img->name,
-                       log ? log : "");
-  else if (st != MOEGEN_OK)
-    moegen_module_fail(m, st, "NVRTC could not compile the %s unit of module %s for %s (source: "
-                       "%s, MOEGEN_UNIT=%d):\n%s", moegen_unit_name(u), img->name, img->arch,
-                       img->source_path ? img->source_path : "?", (int)u, log ? log : "");
-  free(log);
-  return st;
-}
-
 /* The error for a unit the module does not hold. */
 static moegen_status no_unit(moegen_module *m, moegen_unit u) {
   return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
@@ -295,37 +279,90 @@ static moegen_status no_unit(moegen_module *m, moegen_unit u) {
                             "for them", m->image->name, m->image->arch, moegen_unit_name(u));
 }
 
-/* Unit u's cubin: the image's (AOT) or the JIT compile's (NULL if not yet). */
-static const void *unit_cubin(const moegen_module *m, moegen_unit u) {
-  return m->image->cubins ? (const void *)m->image->cubins[u] : m->jit_cubin[u];
+/* Records the first failed job's error (NVRTC's log, or what was missing). */
+static moegen_status compile_failed(moegen_module *m, const moegen_kernel_job *j) {
+  const moegen_image *img = m->image;
+  moegen_status st = j->st;
+  if (st == MOEGEN_ERR_OUT_OF_MEMORY)
+    return moegen_module_fail(m, st, "out of memory compiling %s (%s unit) of module %s",
+                              j->kernel_name, moegen_unit_name(j->unit), img->name);
+  if (st == MOEGEN_ERR_NO_NVRTC)
+    return moegen_module_fail(m, st, "module %s is a JIT image and needs NVRTC: %s", img->name,
+                              j->log ? j->log : "");
+  return moegen_module_fail(m, st, "NVRTC could not compile %s (%s unit) of module %s for %s "
+                            "(source: %s, MOEGEN_UNIT=%d, MOEGEN_KERNEL=%d):\n%s",
+                            j->kernel_name, moegen_unit_name(j->unit), img->name, img->arch,
+                            img->source_path ? img->source_path : "?", (int)j->unit, j->kernel,
+                            j->log ? j->log : "");
 }
 
-/* Loads unit u's cubin as a context-independent library, compiling it first
- * for a JIT image (once; lock held). */
-static moegen_status load_library(moegen_module *m, moegen_unit u) {
-  if (m->lib[u]) return MOEGEN_OK;
+/* Compiles the kernels of the JIT units in `want` (a bit per unit) that are
+ * not compiled yet into m->jit_cubin, all at once (moegen_kernel_jobs_run;
+ * lock held). The GEMM training kernels, the slowest, go first. */
+static moegen_status compile_units(moegen_module *m, unsigned want) {
   const moegen_image *img = m->image;
-  if (!(img->units >> u & 1u) || (img->cubins && !img->cubins[u]))
-    return no_unit(m, u);
-  if (!unit_cubin(m, u)) {
-    moegen_status st = compile_unit(m, u);
-    if (st != MOEGEN_OK) return st;
+  want &= img->units & ~m->compiled;
+  if (img->cubins || !want) return MOEGEN_OK; /* AOT, or done */
+  if (!m->jit_source.text)
+    moegen_jit_source_init(&m->jit_source, img->name, img->arch, img->source, img->source_size);
+  moegen_kernel_job jobs[MOEGEN_KERNEL_COUNT];
+  size_t n = 0;
+  for (int id = MOEGEN_KERNEL_COUNT - 1; id >= 0; id--)
+    if (want >> moegen_kernels[id].unit & 1u && !m->jit_cubin[id] &&
+        moegen_has_kernel(img, (moegen_kernel_id)id))
+      jobs[n++] = (moegen_kernel_job){.kernel = id, .unit = moegen_kernels[id].unit,
+                                      .kernel_name = moegen_kernels[id].name};
+  moegen_status st = moegen_kernel_jobs_run(&m->jit_source, jobs, n);
+  const moegen_kernel_job *failed = NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (jobs[i].st == MOEGEN_OK) {
+      m->jit_cubin[jobs[i].kernel] = jobs[i].cubin;
+      m->jit_cubin_size[jobs[i].kernel] = jobs[i].cubin_size;
+    } else if (!failed) {
+      failed = &jobs[i];
+    }
   }
-  CUresult r = m->drv->cuLibraryLoadData(&m->lib[u], unit_cubin(m, u), NULL, NULL, 0, NULL, NULL, 0);
+  if (failed) compile_failed(m, failed);
+  for (size_t i = 0; i < n; i++) free(jobs[i].log);
+  if (st == MOEGEN_OK) m->compiled |= want;
+  return st;
+}
+
+/* Loads one cubin as a context-independent library into *lib. */
+static moegen_status load_cubin(moegen_module *m, const void *cubin, moegen_unit u,
+                                const char *kernel, CUlibrary *lib) {
+  CUresult r = m->drv->cuLibraryLoadData(lib, cubin, NULL, NULL, 0, NULL, NULL, 0);
   if (!r) return MOEGEN_OK;
+  const moegen_image *img = m->image;
   char text[256];
   moegen_driver_describe(r, text, sizeof text);
   return moegen_module_fail(m, MOEGEN_ERR_CUDA,
-                            "cuLibraryLoadData(module %s, %s unit, %s, %s cubin, source: %s): %s",
-                            img->name, moegen_unit_name(u), img->arch, img->cubins ? "AOT" : "JIT",
+                            "cuLibraryLoadData(module %s, %s unit%s%s, %s, %s cubin, source: %s): %s",
+                            img->name, moegen_unit_name(u), kernel ? ": " : "", kernel ? kernel : "",
+                            img->arch, img->cubins ? "AOT" : "JIT",
                             img->source_path ? img->source_path : "?", text);
+}
+
+/* Loads unit u: the AOT image's cubin, or each of its kernels' JIT cubins
+ * (compiling them first, once; lock held). */
+static moegen_status load_unit(moegen_module *m, moegen_unit u) {
+  if (m->loaded >> u & 1u) return MOEGEN_OK;
+  const moegen_image *img = m->image;
+  if (!(img->units >> u & 1u) || (img->cubins && !img->cubins[u])) return no_unit(m, u);
+  moegen_status st = img->cubins ? load_cubin(m, img->cubins[u], u, NULL, &m->unit_lib[u])
+                                 : compile_units(m, 1u << u);
+  for (int id = 0; st == MOEGEN_OK && !img->cubins && id < MOEGEN_KERNEL_COUNT; id++)
+    if (moegen_kernels[id].unit == u && m->jit_cubin[id] && !m->kernel_lib[id])
+      st = load_cubin(m, m->jit_cubin[id], u, moegen_kernels[id].name, &m->kernel_lib[id]);
+  if (st == MOEGEN_OK) m->loaded |= 1u << u;
+  return st;
 }
 
 /* Resolves kernel id in the library (once; lock held). */
 static moegen_status resolve_kernel(moegen_module *m, moegen_kernel_id id) {
   if (m->kernels[id]) return MOEGEN_OK;
-  CUresult r = m->drv->cuLibraryGetKernel(&m->kernels[id], m->lib[moegen_kernels[id].unit],
-                                          moegen_kernels[id].name);
+  CUlibrary lib = m->image->cubins ? m->unit_lib[moegen_kernels[id].unit] : m->kernel_lib[id];
+  CUresult r = m->drv->cuLibraryGetKernel(&m->kernels[id], lib, moegen_kernels[id].name);
   if (!r) return MOEGEN_OK;
   char text[256];
   moegen_driver_describe(r, text, sizeof text);
@@ -370,7 +407,7 @@ static moegen_status prepare(moegen_module *m, moegen_kernel_id id, CUdevice d, 
                              unsigned smem) {
   pthread_mutex_lock(&m->lock);
   moegen_status st = setup_device(m, d);
-  if (st == MOEGEN_OK) st = load_library(m, moegen_kernels[id].unit);
+  if (st == MOEGEN_OK) st = load_unit(m, moegen_kernels[id].unit);
   if (st == MOEGEN_OK) st = resolve_kernel(m, id);
   unsigned done = atomic_load_explicit(&m->ready[id][d], memory_order_relaxed);
   if (st == MOEGEN_OK && done < smem + 1) st = set_smem(m, id, d, smem);
@@ -452,40 +489,6 @@ int moegen_has_kernel(const moegen_image *img, moegen_kernel_id id) {
   unsigned threads, smem;
   moegen_kernel_shape(img, id, &threads, &smem);
   return threads > 0;
-}
-
-typedef struct unit_job {
-  moegen_module *m;
-  moegen_unit u;
-  moegen_status st;
-} unit_job;
-
-static void *compile_job(void *arg) {
-  unit_job *j = arg;
-  j->st = compile_unit(j->m, j->u);
-  return NULL;
-}
-
-/* Compiles the JIT units in `want` (a bit per unit) that are not compiled
- * yet, one thread each when there are several (lock held). */
-static moegen_status compile_units(moegen_module *m, unsigned want) {
-  if (m->image->cubins) return MOEGEN_OK; /* AOT */
-  unit_job jobs[MOEGEN_UNIT_COUNT];
-  pthread_t threads[MOEGEN_UNIT_COUNT];
-  int started[MOEGEN_UNIT_COUNT] = {0}, n = 0;
-  for (int u = 0; u < MOEGEN_UNIT_COUNT; u++)
-    if ((want & m->image->units) >> u & 1u && !m->jit_cubin[u])
-      jobs[n++] = (unit_job){m, (moegen_unit)u, MOEGEN_OK};
-  for (int i = 0; i < n; i++) {
-    if (n > 1) started[i] = pthread_create(&threads[i], NULL, compile_job, &jobs[i]) == 0;
-    if (!started[i]) compile_job(&jobs[i]); /* one unit, or no thread to be had */
-  }
-  moegen_status st = MOEGEN_OK;
-  for (int i = 0; i < n; i++) {
-    if (started[i]) pthread_join(threads[i], NULL);
-    if (st == MOEGEN_OK) st = jobs[i].st;
-  }
-  return st;
 }
 
 /* Compiles (concurrently) and prepares every kernel of the units in `want`. */

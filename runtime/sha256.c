@@ -92,14 +92,18 @@ void moegen_sha256_final(moegen_sha256 *s, unsigned char out[32]) {
   for (int i = 0; i < 8; i++) store_be32(out + 4 * i, s->h[i]);
 }
 
+void moegen_sha256_of(const void *data, size_t n, unsigned char out[32]) {
+  moegen_sha256 s;
+  moegen_sha256_init(&s);
+  moegen_sha256_update(&s, data, n);
+  moegen_sha256_final(&s, out);
+}
+
 /* Lower-case hex digest of one buffer, NUL-terminated. */
 void moegen_sha256_hex(const void *data, size_t n, char out[65]) {
   static const char hex[] = "0123456789abcdef";
   unsigned char d[32];
-  moegen_sha256 s;
-  moegen_sha256_init(&s);
-  moegen_sha256_update(&s, data, n);
-  moegen_sha256_final(&s, d);
+  moegen_sha256_of(data, n, d);
   for (int i = 0; i < 32; i++) {
     out[2 * i] = hex[d[i] >> 4];
     out[2 * i + 1] = hex[d[i] & 15];

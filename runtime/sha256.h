@@ -19,4 +19,7 @@ void moegen_sha256_init(moegen_sha256 *s);
 void moegen_sha256_update(moegen_sha256 *s, const void *data, size_t n);
 void moegen_sha256_final(moegen_sha256 *s, unsigned char out[32]);
 
+/* The digest of one buffer. */
+void moegen_sha256_of(const void *data, size_t n, unsigned char out[32]);
+
 #endif

@@ -12,10 +12,16 @@
 
 #include "moegen/runtime.h"
 
-/* The text that compiles unit u of a module: "#define MOEGEN_UNIT u" and a
- * #line reset, then the module source (so compiler messages keep the line
- * numbers of NAME.cu). malloc'd, NUL-terminated; *size excludes the NUL.
- * NULL if out of memory. */
+/* The head of one compile of a module's source: "#define MOEGEN_UNIT u",
+ * then "#define MOEGEN_KERNEL k" if kernel >= 0 (that kernel alone: its
+ * row in moegen/abi.def, see prelude.cuh's MOEGEN_WANT), then a #line reset
+ * (so compiler messages keep the line numbers of NAME.cu). */
+enum { MOEGEN_COMPILE_HEAD_MAX = 96 };
+void moegen_compile_head(char buf[MOEGEN_COMPILE_HEAD_MAX], moegen_unit u, int kernel);
+
+/* The text that compiles all of unit u (the AOT paths): the head without a
+ * kernel, then the module source. malloc'd, NUL-terminated; *size excludes
+ * the NUL. NULL if out of memory. */
 char *moegen_unit_source(const char *source, size_t source_size, moegen_unit u, size_t *size);
 
 /* Where a cubin from the JIT cache came from. */
@@ -27,13 +33,44 @@ typedef enum moegen_cache_outcome {
                          * unusable, or the entry could not be written (the log says why) */
 } moegen_cache_outcome;
 
-/* Compiles unit u of a JIT image's source for arch through the disk cache
- * (moegen_cache_compile of runtime/cache.h: *cubin, *cubin_size, *log,
- * *outcome as there; image_name names the unit in the progress line).
- * OUT_OF_MEMORY if the unit text cannot be built. */
-moegen_status moegen_unit_compile(const char *source, size_t source_size, const char *image_name,
-                                  const char *arch, moegen_unit u, unsigned char **cubin,
-                                  size_t *cubin_size, char **log, moegen_cache_outcome *outcome);
+/* A JIT image's source as its compiles see it, hashed once for all of
+ * them (every cache key covers the digest). */
+typedef struct moegen_jit_source {
+  const char *name;          /* image name ("ds3"), for progress lines and messages */
+  const char *arch;          /* "sm_90a" */
+  const char *text;          /* the module's .cu */
+  size_t size;
+  unsigned char sha256[32];  /* of text */
+} moegen_jit_source;
+
+/* Fills s (hashes text; the strings must outlive s). */
+void moegen_jit_source_init(moegen_jit_source *s, const char *name, const char *arch,
+                            const char *text, size_t size);
+
+/* One kernel of a JIT image to compile: its own NVRTC program (the head
+ * with MOEGEN_KERNEL), through the disk cache. */
+typedef struct moegen_kernel_job {
+  int kernel;                   /* in: its row in moegen/abi.def */
+  moegen_unit unit;             /* in: its unit */
+  const char *kernel_name;      /* in: "moegen_gemm1_fwd", for messages */
+  unsigned char *cubin;         /* out, malloc'd (on MOEGEN_OK) */
+  size_t cubin_size;            /* out */
+  char *log;                    /* out, malloc'd or NULL: moegen_cache_compile's log */
+  moegen_cache_outcome outcome; /* out (on MOEGEN_OK) */
+  moegen_status st;             /* out */
+} moegen_kernel_job;
+
+/* Compiles jobs[0..n) concurrently: a thread each, up to the CPUs this
+ * thread may run on ($MOEGEN_JIT_THREADS overrides), taking the jobs in
+ * order (put the longest first). Each kernel compiles alone, so a unit takes
+ * as long as its slowest kernel, not the sum (the SASS is the same as in a
+ * whole unit's compile, kernel for kernel). One progress line per unit with
+ * a cold compile, "moegen: compiling NAME (UNIT unit) for ARCH with NVRTC
+ * (...)"; NVRTC messages name "NAME (UNIT unit: KERNEL).cu". Returns
+ * MOEGEN_OK, or the status of the first failed job in job order (every job
+ * has its st, log and, if OK, cubin). */
+moegen_status moegen_kernel_jobs_run(const moegen_jit_source *src, moegen_kernel_job *jobs,
+                                     size_t n);
 
 /* The JIT cache directory in use (into buf), or "" when disabled. */
 void moegen_cache_dir(char *buf, size_t size);

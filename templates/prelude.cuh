@@ -6,6 +6,17 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+// Kernel selection: each kernel's definition sits in #if MOEGEN_WANT(id)
+// (abi.want in the templates; id = its row in moegen/abi.def). The JIT
+// compiles one kernel a program, with MOEGEN_UNIT and MOEGEN_KERNEL
+// defined, so a unit's kernels compile in parallel; without MOEGEN_KERNEL
+// every kernel of the unit compiles.
+#ifdef MOEGEN_KERNEL
+#define MOEGEN_WANT(id) (MOEGEN_KERNEL == (id))
+#else
+#define MOEGEN_WANT(id) 1
+#endif
+
 #define MOEGEN_FULL_MASK 0xffffffffu
 #define MOEGEN_INF __int_as_float(0x7f800000)
 

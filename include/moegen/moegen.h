@@ -95,10 +95,11 @@ moegen_status moegen_jit(const moegen_config *cfg, const char *arch, moegen_modu
 /* Fills the JIT disk cache for what moegen_jit(cfg, arch) will compile,
  * without a GPU or a driver (NVRTC only): renders cfg for `arch` (required:
  * no device is asked; "sm_90a" for an H100 / H200, as moegen_jit picks
- * there) and compiles every unit through the cache, so that a later
+ * there) and compiles every kernel through the cache (in parallel, as the
+ * JIT does), so that a later
  * moegen_jit of the same config and arch, with the same moegen and NVRTC
  * versions and cache directory, loads the cubins instead of compiling (e.g.
- * in a container build). *compiled (may be NULL): the units compiled now
+ * in a container build). *compiled (may be NULL): the kernels compiled now
  * (the others were cached). On failure err says why: INVALID_ARGUMENT for
  * a NULL or unknown arch, an invalid config, a disabled or missing cache
  * directory, or one that cannot store the entries; NO_NVRTC, COMPILE as

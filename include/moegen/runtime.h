@@ -67,7 +67,8 @@ MOEGEN_PLAN_STRUCTS(MOEGEN_PLAN_STRUCT_)
  * independent units, each on the first use of one of its kernels, so a
  * program that runs only the router never waits for the GEMM's compile. The
  * generated NAME.cu holds every unit: unit u is that text compiled with
- * MOEGEN_UNIT defined to u (without MOEGEN_UNIT it compiles everything). */
+ * MOEGEN_UNIT defined to u (without MOEGEN_UNIT it compiles everything),
+ * and one of its kernels with MOEGEN_KERNEL defined too (the JIT's way). */
 typedef enum moegen_unit {
   MOEGEN_UNIT_ROUTER = 0,   /* router forward */
   MOEGEN_UNIT_ROUTER_TRAIN, /* what training adds: router backward, aux-loss scores and loss */
@@ -79,8 +80,9 @@ typedef enum moegen_unit {
 
 /* Everything the runtime needs to load one generated module. AOT images
  * carry a cubin per unit; JIT images carry only the source, each unit
- * compiled at its first use (through the on-disk cache). Images are
- * immutable and may be static. */
+ * compiled at its first use (through the on-disk cache), a kernel an NVRTC
+ * program, the unit's kernels in parallel. Images are immutable and may be
+ * static. */
 typedef struct moegen_image {
   int abi_version;                 /* MOEGEN_RT_ABI_VERSION */
   const char *name;                /* module name ("ds3") */
@@ -117,8 +119,9 @@ void moegen_set_log(moegen_log_fn fn, void *user);
 moegen_status moegen_module_create(const moegen_image *image, moegen_module **out);
 
 /* Compiles (JIT) and loads the module for the current context's device now,
- * so the first op launch does no work beyond the launch. Cold JIT units are
- * compiled concurrently, one thread each. Thread-safe. */
+ * so the first op launch does no work beyond the launch. Cold JIT kernels
+ * are compiled concurrently, a thread each up to the CPUs the process may
+ * use ($MOEGEN_JIT_THREADS caps it). Thread-safe. */
 moegen_status moegen_module_load(moegen_module *m);
 
 /* Same, for one unit only (its kernels). NOT_SUPPORTED if the module has no

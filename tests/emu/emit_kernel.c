@@ -65,7 +65,12 @@ int main(int argc, char **argv) {
   }
   const char *unit = strstr(src.cu, "#if !defined(MOEGEN_UNIT)"); /* the prelude ends here */
   const char *router = strstr(src.cu, "MOEGEN_UNIT == 0 // router\n");
-  const char *stop = router ? strstr(router, "\n#endif") : NULL;
+  /* The unit's own #endif: the last one before the next unit (or the end);
+   * the kernels' abi.want guards close inside it. */
+  const char *next = router ? strstr(router, "#if !defined(MOEGEN_UNIT)") : NULL, *stop = NULL;
+  for (const char *e = router ? strstr(router, "\n#endif") : NULL; e && (!next || e < next);
+       e = strstr(e + 1, "\n#endif"))
+    stop = e;
   FILE *f = fopen(argv[1], "w");
   int rc = !unit || !stop || !f;
   if (!rc) {

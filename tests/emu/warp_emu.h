@@ -102,6 +102,7 @@ static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __A
 static inline unsigned atomicOr(unsigned *p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 struct float2 {

@@ -29,6 +29,17 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+// Kernel selection: each kernel's definition sits in #if MOEGEN_WANT(id)
+// (abi.want in the templates; id = its row in moegen/abi.def). The JIT
+// compiles one kernel a program, with MOEGEN_UNIT and MOEGEN_KERNEL
+// defined, so a unit's kernels compile in parallel; without MOEGEN_KERNEL
+// every kernel of the unit compiles.
+#ifdef MOEGEN_KERNEL
+#define MOEGEN_WANT(id) (MOEGEN_KERNEL == (id))
+#else
+#define MOEGEN_WANT(id) 1
+#endif
+
 #define MOEGEN_FULL_MASK 0xffffffffu
 #define MOEGEN_INF __int_as_float(0x7f800000)
 
@@ -743,11 +754,13 @@ static_assert([] {
          (const void *)&f11 == (const void *)&s.qb_cutoff && sizeof(s.qb_cutoff) == 8;
 }(), "router::Outputs: fields logits, bias, probs, map, bitmap, idx, weights, inter, counts, qb_hist, qb_bounds, qb_cutoff in this order and size");
 
+#if MOEGEN_WANT(0) // moegen_router_fwd
 extern "C" __global__ void __launch_bounds__(router::THREADS)
 moegen_router_fwd(router::Outputs o, int T, int index_dtype, int qb_bins) {
   extern __shared__ __align__(16) unsigned char smem[];
   router::Kernel::run(o, T, index_dtype, qb_bins, smem);
 }
+#endif
 
 // moegen_router_fwd_small's plan (plan.router_small)
 namespace router_small {
@@ -804,11 +817,13 @@ static_assert([] {
          (const void *)&f11 == (const void *)&s.qb_cutoff && sizeof(s.qb_cutoff) == 8;
 }(), "router_small::Outputs: fields logits, bias, probs, map, bitmap, idx, weights, inter, counts, qb_hist, qb_bounds, qb_cutoff in this order and size");
 
+#if MOEGEN_WANT(1) // moegen_router_fwd_small
 extern "C" __global__ void __launch_bounds__(router_small::THREADS)
 moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_bins) {
   extern __shared__ __align__(16) unsigned char smem[];
   router_small::Kernel::run(o, T, index_dtype, qb_bins, smem);
 }
+#endif
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 1 // router_train
 // ---------------------------------------------------------------- router backward
@@ -1019,6 +1034,7 @@ static_assert([] {
 // Grid: ceil(T / TOKENS_PER_BLOCK) blocks of THREADS, no shared memory.
 // Exactly one of map / bitmap / idx is non-null; grad_w needs idx.
 // index_dtype: 0 int32, 1 int16, 2 int64.
+#if MOEGEN_WANT(2) // moegen_router_bwd
 extern "C" __global__ void __launch_bounds__(rbwd::THREADS)
 moegen_router_bwd(rbwd::BwdArgs a, int T, int index_dtype) {
   using namespace rbwd;
@@ -1039,6 +1055,7 @@ moegen_router_bwd(rbwd::BwdArgs a, int T, int index_dtype) {
   grad_to_dx<SCORE, PRE_SOFTMAX, (K > 1)>(g, y, m);
   if (owned) store_row<logit_t, GVEC>(a.out + t * E, base, g);
 }
+#endif
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 1 // router_train
 // ---------------------------------------------------------------- aux loss
@@ -1212,6 +1229,7 @@ static_assert([] {
 
 // Grid: ceil(T / TOKENS_PER_BLOCK) blocks of rbwd::THREADS. Writes scores,
 // inter and whichever of map / bitmap is non-null.
+#if MOEGEN_WANT(3) // moegen_aux_scores_fwd
 extern "C" __global__ void __launch_bounds__(rbwd::THREADS)
 moegen_aux_scores_fwd(aux::ScoresArgs a, int T) {
   using namespace rbwd;
@@ -1284,9 +1302,11 @@ moegen_aux_scores_fwd(aux::ScoresArgs a, int T) {
       if (base / 8 + j < NBYTES) a.bitmap[t * NBYTES + base / 8 + j] = (u8)(sel >> (8 * j));
   }
 }
+#endif
 
 // Grid as moegen_aux_scores_fwd. grad [T,E] fp32 -> grad_logits [T,E]; no
 // routing mask: every expert takes part (SPEC 2a backward).
+#if MOEGEN_WANT(4) // moegen_aux_scores_bwd
 extern "C" __global__ void __launch_bounds__(rbwd::THREADS)
 moegen_aux_scores_bwd(aux::ScoresArgs a, int T) {
   using namespace rbwd;
@@ -1303,11 +1323,13 @@ moegen_aux_scores_bwd(aux::ScoresArgs a, int T) {
   grad_to_dx<SCORE, true, true>(g, y, owned ? valid_bits(base) : 0);
   if (owned) store_row<logit_t, GVEC>(a.grad_logits + t * E, base, g);
 }
+#endif
 
 // Grid: at most LOSS_MAX_BLOCKS blocks of LOSS_THREADS, a function of n only,
 // so the sum's order is the same on every device. Each block writes its
 // partial; the last block to finish adds the partials in index order and
 // writes aux (and Cc). Integer atomics only (the done-counter).
+#if MOEGEN_WANT(5) // moegen_aux_loss_fwd
 extern "C" __global__ void __launch_bounds__(aux::LOSS_THREADS)
 moegen_aux_loss_fwd(aux::LossArgs a) {
   using namespace aux;
@@ -1339,8 +1361,10 @@ moegen_aux_loss_fwd(aux::LossArgs a) {
     if (a.cc) *a.cc = cc;
   }
 }
+#endif
 
 // Grid-stride over [R,C]: grad_probs[r,c] = Cc * tpe[c] * grad_aux.
+#if MOEGEN_WANT(6) // moegen_aux_loss_bwd
 extern "C" __global__ void __launch_bounds__(aux::LOSS_THREADS)
 moegen_aux_loss_bwd(aux::LossArgs a) {
   using namespace aux;
@@ -1351,6 +1375,7 @@ moegen_aux_loss_bwd(aux::LossArgs a) {
     loss_grad_of((fp16_t *)a.grad_probs, a.tpe, a.tpe_dtype, cc, a.grad_aux, a.n, a.cols);
   else loss_grad_of((float *)a.grad_probs, a.tpe, a.tpe_dtype, cc, a.grad_aux, a.n, a.cols);
 }
+#endif
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3 || MOEGEN_UNIT == 4 // gemm gemm_train
 // moegen prelude for sm_90a: PTX wrappers for the Hopper asynchronous
@@ -1541,7 +1566,12 @@ struct __align__(8) f32x2 { float x, y; };
 struct __align__(8) u32x2 { u32 x, y; };
 __device__ __forceinline__ float bf16_lo(u32 v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf16_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
-__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+// The SwiGLU epilogues divide with __fdividef (MUFU.RCP and a multiply, at
+// most 2 ulp, far below the bf16 outputs' rounding) rather than IEEE '/'
+// (a Newton step and a slow-path branch an element): DeepSeek-V3's
+// gemm2_dgrad_glu_tall, 128 such divisions a thread, compiled in 5.3 s with
+// '/' and 1.75 s so (NVRTC 13.0, one CPU), the JIT's longest kernel.
+__device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.f + __expf(-g)); }
 
 // One tile of a row-tiled index space.
 struct Tile {
@@ -1778,7 +1808,7 @@ __device__ __forceinline__ void store_dglu(const Out &o, const float (&a)[W / 2]
 #pragma unroll
         for (int q = 0; q < 2; q++) {
           const float g = q ? bf16_hi(g2) : bf16_lo(g2), u = q ? bf16_hi(u2) : bf16_lo(u2);
-          const float da = a[4 * j + 2 * half + q], sg = 1.f / (1.f + __expf(-g));
+          const float da = a[4 * j + 2 * half + q], sg = __fdividef(1.f, 1.f + __expf(-g));
           const float sl = g * sg;
           dgv[q] = da * p * u * sg * (1.f + g * (1.f - sg));
           duv[q] = da * p * sl;
@@ -2269,6 +2299,7 @@ __device__ __forceinline__ void grouped_gemm(const tensor_map_t *mx, const tenso
 // The kernels (the namespace above also serves the gemm_train unit).
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3 // gemm
 // N = 4096, K = 7168, 128-row tiles.
+#if MOEGEN_WANT(13) // moegen_gemm1_fwd
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 256, BK], 128B swizzle
@@ -2278,8 +2309,10 @@ moegen_gemm1_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [12
   ggemm::grouped_gemm<4096, 7168, 128, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
                                                                    max_rows, tickets, smem);
 }
+#endif
 
 // N = 7168, K = 2048, 128-row tiles.
+#if MOEGEN_WANT(14) // moegen_gemm2_fwd
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 256, BK], 128B swizzle
@@ -2289,8 +2322,10 @@ moegen_gemm2_fwd(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [12
   ggemm::grouped_gemm<7168, 2048, 128, 256, 4, 199888>(&mx, &mw, y, counts, offsets,
                                                                    max_rows, tickets, smem);
 }
+#endif
 
 // N = 4096, K = 7168, 256-row tiles.
+#if MOEGEN_WANT(15) // moegen_gemm1_fwd_tall
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 192, BK], 128B swizzle
@@ -2300,8 +2335,10 @@ moegen_gemm1_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] bo
   ggemm::grouped_gemm<4096, 7168, 256, 192, 3, 175296>(&mx, &mw, y, counts, offsets,
                                                                    max_rows, tickets, smem);
 }
+#endif
 
 // N = 7168, K = 2048, 256-row tiles.
+#if MOEGEN_WANT(16) // moegen_gemm2_fwd_tall
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                  const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, 128, BK], 128B swizzle
@@ -2311,6 +2348,7 @@ moegen_gemm2_fwd_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] bo
   ggemm::grouped_gemm<7168, 2048, 256, 128, 4, 199888>(&mx, &mw, y, counts, offsets,
                                                                    max_rows, tickets, smem);
 }
+#endif
 
 #endif
 #endif
@@ -2865,6 +2903,7 @@ __device__ __forceinline__ void body(const tensor_map_t *ma, const tensor_map_t 
 // training's (gemm_train unit).
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // dgrad of the forward with N = 4096, K = 7168: dx [rows, K] = dy [rows, N] W_e.
+#if MOEGEN_WANT(19) // moegen_gemm1_dgrad
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
@@ -2874,10 +2913,12 @@ moegen_gemm1_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 128, 256, 4, 199888, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
+#endif
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // dgrad of the forward with N = 7168, K = 2048: dx [rows, K] = dy [rows, N] W_e.
+#if MOEGEN_WANT(20) // moegen_gemm2_dgrad
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
@@ -2887,10 +2928,12 @@ moegen_gemm2_dgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 128, 256, 4, 199888, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
+#endif
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // gemm2 dgrad (N = 7168, K = 2048) + SwiGLU backward: dh [rows, 2K] from dact = dy W_e.
+#if MOEGEN_WANT(23) // moegen_gemm2_dgrad_glu
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_dgrad_glu(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                        const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
@@ -2901,10 +2944,12 @@ moegen_gemm2_dgrad_glu(const __grid_constant__ tensor_map_t mdy, // dY [rows, N]
   const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
   ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 128, 256, 4, 199888, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
+#endif
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // wgrad of the forward with N = 4096, K = 7168: dW_e [N, K] = dy_e^T x_e, db_e [N].
+#if MOEGEN_WANT(25) // moegen_gemm1_wgrad
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BK, 64], 128B swizzle
                    const __grid_constant__ tensor_map_t mx,  // X [rows, K] box [BK, 64], 128B swizzle
@@ -2916,10 +2961,12 @@ moegen_gemm1_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
   const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::WGRAD, 4096, 7168, 128, 256, 4, 216784, 1>(&mdy, &mx, &mdw, o, counts, offsets, max_rows, nullptr, smem);
 }
+#endif
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // wgrad of the forward with N = 7168, K = 2048: dW_e [N, K] = dy_e^T x_e, db_e [N].
+#if MOEGEN_WANT(26) // moegen_gemm2_wgrad
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [BK, 64], 128B swizzle
                    const __grid_constant__ tensor_map_t mx,  // X [rows, K] box [BK, 64], 128B swizzle
@@ -2931,10 +2978,12 @@ moegen_gemm2_wgrad(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box
   const ggemm::Out o = {dw, db, nullptr, nullptr, accumulate, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::WGRAD, 7168, 2048, 128, 256, 4, 216784, 1>(&mdy, &mx, &mdw, o, counts, offsets, max_rows, nullptr, smem);
 }
+#endif
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3
 // gemm1 forward with the SwiGLU epilogue: N = 4096 (gate, up), K = 7168.
+#if MOEGEN_WANT(17) // moegen_gemm1_fwd_glu
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                      const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN/2, BK], 128B swizzle
@@ -2945,10 +2994,12 @@ moegen_gemm1_fwd_glu(const __grid_constant__ tensor_map_t mx, // X [rows, K] box
   const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 128, 256, 4, 199888, 0>(&mx, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
+#endif
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // dgrad of the forward with N = 4096, K = 7168: dx [rows, K] = dy [rows, N] W_e.
+#if MOEGEN_WANT(21) // moegen_gemm1_dgrad_tall
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
@@ -2958,10 +3009,12 @@ moegen_gemm1_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::DGRAD, 4096, 7168, 256, 192, 3, 175296, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
+#endif
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // dgrad of the forward with N = 7168, K = 2048: dx [rows, K] = dy [rows, N] W_e.
+#if MOEGEN_WANT(22) // moegen_gemm2_dgrad_tall
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                    const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
@@ -2971,10 +3024,12 @@ moegen_gemm2_dgrad_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N
   const ggemm::Out o = {dx, nullptr, nullptr, nullptr, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::DGRAD, 7168, 2048, 256, 192, 3, 175296, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
+#endif
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 4
 // gemm2 dgrad (N = 7168, K = 2048) + SwiGLU backward: dh [rows, 2K] from dact = dy W_e.
+#if MOEGEN_WANT(24) // moegen_gemm2_dgrad_glu_tall
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [rows, N] box [128, BK], 128B swizzle
                        const __grid_constant__ tensor_map_t mw,  // W [E, N, K] box [1, BK, 64], 128B swizzle
@@ -2985,10 +3040,12 @@ moegen_gemm2_dgrad_glu_tall(const __grid_constant__ tensor_map_t mdy, // dY [row
   const ggemm::Out o = {dh, nullptr, nullptr, prob, 0, h, dprob};
   ggemm_bwd::body<ggemm_bwd::DGLU, 7168, 2048, 256, 192, 3, 175296, 0>(&mdy, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
+#endif
 
 #endif
 #if !defined(MOEGEN_UNIT) || MOEGEN_UNIT == 3
 // gemm1 forward with the SwiGLU epilogue: N = 4096 (gate, up), K = 7168.
+#if MOEGEN_WANT(18) // moegen_gemm1_fwd_glu_tall
 extern "C" __global__ void __launch_bounds__(ggemm::THREADS, 1)
 moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K] box [128, BK], 128B swizzle
                      const __grid_constant__ tensor_map_t mw, // W [E, N, K] box [1, BN/2, BK], 128B swizzle
@@ -2999,6 +3056,7 @@ moegen_gemm1_fwd_glu_tall(const __grid_constant__ tensor_map_t mx, // X [rows, K
   const ggemm::Out o = {act, h, bias, prob, 0, nullptr, nullptr};
   ggemm_bwd::body<ggemm_bwd::GLU, 4096, 7168, 256, 192, 3, 175296, 0>(&mx, &mw, nullptr, o, counts, offsets, max_rows, tickets, smem);
 }
+#endif
 
 #endif
 #endif
@@ -3423,6 +3481,7 @@ static_assert([] {
 // the routes into tile_counts [tiles, E]. mode 1 (permute backward): the
 // probs grad, grad_probs[t, slot] = gpp[row_map[t, k]] (0 without a row),
 // [T, K] for indices or dense [T, E] (0 off the routes) for a bytemap.
+#if MOEGEN_WANT(7) // moegen_permute_routes
 extern "C" __global__ void __launch_bounds__(perm::TILE, 1)
 moegen_permute_routes(perm::RoutesArgs a, int T, int mode) {
   using namespace perm;
@@ -3463,6 +3522,7 @@ moegen_permute_routes(perm::RoutesArgs a, int T, int mode) {
   __syncthreads();
   for (int x = threadIdx.x; x < E; x += TILE) a.tile_counts[(long long)blockIdx.x * E + x] = hist[x];
 }
+#endif
 
 // Grid: the routes kernel's tiles, TILE threads. Every block sums the tile
 // histograms (totals, or counts_in when given; its prefix over earlier
@@ -3471,6 +3531,7 @@ moegen_permute_routes(perm::RoutesArgs a, int T, int mode) {
 // A route's rank r in its expert = earlier tiles' routes + earlier tokens of
 // this tile (bitmask popcounts); row = off[e] + r if r < kept[e] and the row
 // is below R, else -1 (dropped).
+#if MOEGEN_WANT(8) // moegen_permute_rank
 extern "C" __global__ void __launch_bounds__(perm::TILE, 1)
 moegen_permute_rank(perm::RankArgs a, int T, int R, int align, int capacity) {
   using namespace perm;
@@ -3541,11 +3602,13 @@ moegen_permute_rank(perm::RankArgs a, int T, int R, int align, int capacity) {
     if (a.pprobs && dst >= 0) a.pprobs[dst] = a.map ? a.probs[t * E + e[k]] : a.probs[t * K + k];
   }
 }
+#endif
 
 // Grid: any (the host gives each group one unit), CTHREADS threads = CTPB
 // groups of CG. A group reads a token's row once (CITERS vectors per thread
 // in flight) and writes it to its K rows; then the zero units. nv: 16-byte
 // vectors per row.
+#if MOEGEN_WANT(9) // moegen_permute_rows
 extern "C" __global__ void __launch_bounds__(perm::CTHREADS, 1)
 moegen_permute_rows(perm::RowsArgs a, int T, int R, int nv) {
   using namespace perm;
@@ -3578,30 +3641,36 @@ moegen_permute_rows(perm::RowsArgs a, int T, int R, int nv) {
   }
   zero_rows<CG>(a.rows, a.pprobs, a.offsets, a.counts, R, nv, gid, ngroups, g);
 }
+#endif
 
 // Grid: any (one wave is enough), GTHREADS threads. dtype: 0 fp32, 1 bf16, 2 fp16.
 // 3 blocks per SM caps it at 80 registers (CV*K <= 8 loads fit unspilled):
 // 768 threads x 128 B of loads, 3x the bytes in flight HBM needs.
+#if MOEGEN_WANT(10) // moegen_unpermute
 extern "C" __global__ void __launch_bounds__(perm::GTHREADS, 3)
 moegen_unpermute(perm::CombineArgs a, int T, int dtype) {
   if (dtype == 1) perm::combine<bf16_t>(a, T);
   else if (dtype == 2) perm::combine<fp16_t>(a, T);
   else perm::combine<float>(a, T);
 }
+#endif
 
 // Grid: persistent, GTHREADS threads, GG per token. Writes every row of
 // grows below R (zeros where no route points).
+#if MOEGEN_WANT(11) // moegen_unpermute_bwd
 extern "C" __global__ void __launch_bounds__(perm::GTHREADS, 1)
 moegen_unpermute_bwd(perm::UnpermuteBwdArgs a, int T, int R, int nv, int dtype) {
   if (dtype == 1) perm::unpermute_bwd<bf16_t>(a, T, R, nv);
   else if (dtype == 2) perm::unpermute_bwd<fp16_t>(a, T, R, nv);
   else perm::unpermute_bwd<float>(a, T, R, nv);
 }
+#endif
 
 // Grid: persistent, CTHREADS threads, CG per row. Chunk c of the input
 // (rows [src0[c], src0[c] + split[c])) goes to output rows from dst0[c],
 // the chunks laid out in `order`; rows past the chunks stay in place.
 // forward: out[dst(p)] = in[p]; backward: out[p] = in[dst(p)] (probs alike).
+#if MOEGEN_WANT(12) // moegen_sort_chunks
 extern "C" __global__ void __launch_bounds__(perm::CTHREADS, 1)
 moegen_sort_chunks(perm::SortArgs a, int N, int S, int nv, int backward) {
   using namespace perm;
@@ -3642,4 +3711,5 @@ moegen_sort_chunks(perm::SortArgs a, int N, int S, int nv, int backward) {
     }
   }
 }
+#endif
 #endif

@@ -215,15 +215,15 @@ moegen_cli_test(cli_config_no_nvrtc RC 69 ABSENT ${MOEGEN_CLI_OUT}/no_nvrtc
 moegen_cli_test(cli_config_compile_fails RC 70 ABSENT ${MOEGEN_CLI_OUT}/compile_fails
   ENV ${MOEGEN_FAKE_NVRTC}
   ARGS --preset kimi-k2 --name x --arch sm_90 --out ${MOEGEN_CLI_OUT}/compile_fails/a/b
-  ERR "\nmoegen: NVRTC failed on x\\.cu:\nfake NVRTC: this library compiles nothing\n")
+  ERR "\nmoegen: NVRTC failed on x\\.cu \\(router unit\\):\nfake NVRTC: this library compiles nothing\n")
 moegen_cli_test(cli_config_compile_fails_dir_kept RC 70 ENV ${MOEGEN_FAKE_NVRTC}
   MKDIR ${MOEGEN_CLI_OUT}/compile_kept PRESENT ${MOEGEN_CLI_OUT}/compile_kept
   ARGS --preset kimi-k2 --name x --arch sm_90 --out ${MOEGEN_CLI_OUT}/compile_kept
-  ERR "\nmoegen: NVRTC failed on x\\.cu:\n")
+  ERR "\nmoegen: NVRTC failed on x\\.cu \\(router unit\\):\n")
 moegen_cli_test(cli_config_compile_oom RC 71 ABSENT ${MOEGEN_CLI_OUT}/compile_oom
   ENV ${MOEGEN_FAKE_NVRTC} FAKE_NVRTC=oom
   ARGS --preset kimi-k2 --name x --arch sm_90 --out ${MOEGEN_CLI_OUT}/compile_oom
-  ERR "\nmoegen: NVRTC ran out of memory on x\\.cu: nvrtcCreateProgram\\(x\\.cu\\): NVRTC_ERROR_OUT_OF_MEMORY\n")
+  ERR "\nmoegen: NVRTC ran out of memory on x\\.cu \\(router unit\\): nvrtcCreateProgram\\(x\\.cu\\): NVRTC_ERROR_OUT_OF_MEMORY\n")
 moegen_cli_test(cli_config_out_file RC 73
   ARGS --preset kimi-k2 --name x --out ${MOEGEN_CLI_CONFIGS}/good.lua --compile jit
   ERR "^moegen: [^\n]*/configs/good\\.lua: not a directory\n$")

@@ -135,7 +135,7 @@ static void cache_times(void) {
     size_t size = 0;
     char *log = NULL;
     double t0 = now_s();
-    moegen_status st = moegen_cache_compile(text, text_size, "golden", "sm_90a", &cubin, &size,
+    moegen_status st = moegen_cache_compile(&(moegen_cache_source){.body = text, .body_size = text_size}, "golden", "sm_90a", NULL, &cubin, &size,
                                             &log, &how[i]);
     t[i] = now_s() - t0;
     if (st != MOEGEN_OK) {

@@ -8,7 +8,13 @@
  * created, unusable, and its image can be read). The two must agree on the
  * ABI version, the arch, the units and every plan field of moegen/abi.def.
  * The comparison itself is checked first: a copy of an image with any one
- * field changed must differ in exactly that field. */
+ * field changed must differ in exactly that field.
+ *
+ * Kernel selection (the JIT compiles a kernel a program): for each preset
+ * at sm_90a and one at sm_80, the source preprocessed (`cpp`) with the
+ * MOEGEN_UNIT / MOEGEN_KERNEL head of each kernel the image holds defines
+ * exactly that kernel; the render-time check refuses a kernel outside its
+ * own abi.want guard. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +76,81 @@ static void signature_check(const moegen_image *img) {
   }
 }
 
+/* Replaces the first `from` in text with `to` (malloc'd), or NULL if absent. */
+static char *replaced(const char *text, const char *from, const char *to) {
+  const char *at = strstr(text, from);
+  if (!at) return NULL;
+  size_t n = strlen(text), a = strlen(from), b = strlen(to);
+  char *s = malloc(n - a + b + 1);
+  memcpy(s, text, (size_t)(at - text));
+  memcpy(s + (at - text), to, b);
+  strcpy(s + (at - text) + b, at + a);
+  return s;
+}
+
+/* The render-time check refuses moegen_sort_chunks in another kernel's
+ * guard and without one. */
+static void guard_check(const moegen_image *img) {
+  size_t k = 0;
+  while (k < moegen_abi_kernel_count && strcmp(moegen_abi_kernels[k].name, "moegen_sort_chunks")) k++;
+  char guard[96], other[96];
+  snprintf(guard, sizeof guard, "#if MOEGEN_WANT(%zu) // moegen_sort_chunks\n", k);
+  snprintf(other, sizeof other, "#if MOEGEN_WANT(%zu) // moegen_sort_chunks\n", k - 1);
+  const char *const to[] = {other, ""};
+  for (int i = 0; i < 2; i++) {
+    char *s = replaced(img->source, guard, to[i]);
+    CHECK(s, "guard '%s' not in the source", guard);
+    if (!s) return;
+    moegen_error err = {0};
+    int rc = moegen_abi_check_source(s, img, &err);
+    CHECK(rc != 0 && strstr(err.msg, "moegen_sort_chunks"), "guard plant %d: check gave %d: %s", i,
+          rc, err.msg);
+    printf("planted guard fault %d: %s\n", i, err.msg);
+    free(s);
+  }
+}
+
+/* Each kernel img holds, and nothing else, survives the preprocessor with
+ * its compile head (cpp -P; the same #if logic NVRTC applies). */
+static void kernel_selection(const moegen_image *img, const char *dir, const char *what) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/select.cu", dir);
+  FILE *f = fopen(path, "w");
+  CHECK(f && fwrite(img->source, 1, img->source_size, f) == img->source_size && !fclose(f),
+        "%s: cannot write %s", what, path);
+  int kernels = 0;
+  for (size_t k = 0; k < moegen_abi_kernel_count; k++) {
+    int threads, smem;
+    moegen_abi_kernel_shape(img, &moegen_abi_kernels[k], &threads, &smem);
+    if (!threads) continue;
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "cpp -P -w -DMOEGEN_UNIT=%d -DMOEGEN_KERNEL=%zu '%s'",
+             (int)moegen_abi_kernels[k].unit, k, path);
+    FILE *p = popen(cmd, "r");
+    char *out = NULL;
+    size_t size = 0, used = 0, got;
+    char buf[65536];
+    while (p && (got = fread(buf, 1, sizeof buf, p)) > 0) {
+      if (used + got + 1 > size) out = realloc(out, size = 2 * (used + got + 1));
+      memcpy(out + used, buf, got);
+      out[used += got] = 0;
+    }
+    CHECK(p && pclose(p) == 0 && out, "%s: %s failed", what, cmd);
+    for (size_t j = 0; out && j < moegen_abi_kernel_count; j++) {
+      char call[96];
+      snprintf(call, sizeof call, "%s(", moegen_abi_kernels[j].name);
+      int n = 0;
+      for (const char *q = strstr(out, call); q; q = strstr(q + 1, call))
+        n += q == out || !(q[-1] == '_' || (q[-1] >= 'a' && q[-1] <= 'z') || (q[-1] >= '0' && q[-1] <= '9'));
+      CHECK(n == (j == k), "%s: MOEGEN_KERNEL=%zu (%s) defines %s %d times", what, k,
+            moegen_abi_kernels[k].name, moegen_abi_kernels[j].name, n);
+    }
+    free(out);
+    kernels++;
+  }
+  printf("%s: each of %d kernels alone in its selection\n", what, kernels);
+}
+
 /* Generates preset for arch as NAME.c in dir, compiles and loads it; the
  * AOT image, or NULL (a failure is counted). *lib: the loaded object. */
 static const moegen_image *aot_image(const moegen_config *c, const char *arch, const char *name,
@@ -120,8 +201,11 @@ static void compare_preset(const char *preset, const char *arch, const char *dir
     if (!*planted) {
       comparison_finds_plants(jit);
       signature_check(jit);
+      guard_check(jit);
       *planted = 1;
     }
+    if (!strcmp(arch, "sm_90a") || (!strcmp(arch, "sm_80") && !strcmp(preset, "deepseek-v3")))
+      kernel_selection(jit, dir, name);
     char why[256];
     int d = moegen_abi_image_diff(aot, jit, why, sizeof why);
     CHECK(d == 0, "%s %s: AOT and JIT images differ in %d fields, first %s", preset, arch, d, why);

@@ -1,5 +1,5 @@
 /* tests/unit/test_jit_warm.c -- moegen_jit_warm without a GPU or a driver:
- * the first call compiles every unit of the config into the cache (one
+ * the first call compiles every kernel of the config into the cache (one
  * entry each), the second compiles nothing, and moegen_jit's image of the
  * same config hits every entry; a corrupt entry is rebuilt and stored; no
  * arch, a disabled or missing cache directory, one that cannot store, and
@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sysexits.h>
 
+#include "module.h"
 #include "moegen/moegen.h"
 #include "runtime_check.h"
 #include "shared.h"
@@ -44,27 +45,44 @@ static int count_entries(const char *dir) {
   return n;
 }
 
-/* Every unit of moegen_jit's image of c hits the cache (the runtime's own
- * compile path; without a driver moegen_jit still returns the module). */
-static void jit_hits(const moegen_config *c) {
+/* The image's kernels as compile jobs (moegen_has_kernel's), the slowest
+ * (last in moegen/abi.def) first, as the module orders them; their count. */
+static size_t kernel_jobs(const moegen_image *img, moegen_kernel_job jobs[MOEGEN_KERNEL_COUNT]) {
+  size_t n = 0;
+  for (int id = MOEGEN_KERNEL_COUNT - 1; id >= 0; id--)
+    if (moegen_has_kernel(img, (moegen_kernel_id)id))
+      jobs[n++] = (moegen_kernel_job){.kernel = id, .unit = moegen_kernels[id].unit,
+                                      .kernel_name = moegen_kernels[id].name};
+  return n;
+}
+
+/* Kernels of moegen_jit's image of c (without a driver moegen_jit still
+ * returns the module); with `hits`, also checks that each one's compile, the
+ * runtime's own path, hits the cache. */
+static int jit_kernels(const moegen_config *c, int hits) {
   moegen_module *m = NULL;
   moegen_error err = {0};
   moegen_jit(c, "sm_80", &m, &err);
   const moegen_image *img = moegen_module_image(m);
   CHECK(img != NULL, "moegen_jit gave no image: %s", err.msg);
-  for (int u = 0; img && u < MOEGEN_UNIT_COUNT; u++) {
-    unsigned char *cubin;
-    size_t size;
-    char *log;
-    moegen_cache_outcome outcome = MOEGEN_CACHE_UNSTORED;
-    moegen_status st = moegen_unit_compile(img->source, img->source_size, img->name, img->arch,
-                                           (moegen_unit)u, &cubin, &size, &log, &outcome);
-    CHECK(st == MOEGEN_OK && outcome == MOEGEN_CACHE_HIT, "moegen_jit's %s unit: %s, outcome %d",
-          moegen_unit_name((moegen_unit)u), moegen_status_string(st), (int)outcome);
-    free(cubin);
-    free(log);
+  if (!img) return 0;
+  moegen_kernel_job jobs[MOEGEN_KERNEL_COUNT];
+  size_t n = kernel_jobs(img, jobs);
+  if (hits) {
+    moegen_jit_source src;
+    moegen_jit_source_init(&src, img->name, img->arch, img->source, img->source_size);
+    moegen_status st = moegen_kernel_jobs_run(&src, jobs, n);
+    CHECK(st == MOEGEN_OK, "moegen_jit's kernels: %s", moegen_status_string(st));
+    for (size_t i = 0; i < n; i++) {
+      CHECK(jobs[i].st == MOEGEN_OK && jobs[i].outcome == MOEGEN_CACHE_HIT,
+            "moegen_jit's %s: %s, outcome %d", jobs[i].kernel_name,
+            moegen_status_string(jobs[i].st), (int)jobs[i].outcome);
+      free(jobs[i].cubin);
+      free(jobs[i].log);
+    }
   }
   moegen_module_destroy(m);
+  return (int)n;
 }
 
 /* Damages two bytes in the middle of the first entry: warming rebuilds it. */
@@ -88,10 +106,10 @@ static void count_line(const char *line, void *user) {
   ++*(int *)user;
 }
 
-/* The errors: no arch, a cache directory that is a file (one compile and
- * one progress line before the error, not a second compile), MOEGEN_CACHE=0,
- * no directory at all, an invalid config. dir: the test's cache. */
-static void errors(const char *dir, moegen_config c) {
+/* The errors: no arch, a cache directory that is a file (one progress
+ * line a unit, then the error), MOEGEN_CACHE=0, no directory at all, an
+ * invalid config. dir: the test's cache; units: the config's. */
+static void errors(const char *dir, moegen_config c, int units) {
   moegen_error err = {0};
   int compiled = -1;
   moegen_status st = moegen_jit_warm(&c, NULL, &compiled, &err);
@@ -108,8 +126,8 @@ static void errors(const char *dir, moegen_config c) {
   moegen_set_log(NULL, NULL);
   CHECK(st == MOEGEN_ERR_INVALID_ARGUMENT && err.code == EX_CANTCREAT && strstr(err.msg, "not stored"),
         "unusable directory: %s: %s", moegen_status_string(st), err.msg);
-  CHECK(lines == 1 && compiled == 0, "unusable directory: %d progress lines (want 1), %d compiled",
-        lines, compiled);
+  CHECK(lines == units && compiled == 0,
+        "unusable directory: %d progress lines (want %d), %d compiled", lines, units, compiled);
 
   setenv("MOEGEN_CACHE", "0", 1);
   st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
@@ -153,17 +171,18 @@ int main(void) {
   double t0 = now_seconds();
   moegen_status st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
   CHECK(st == MOEGEN_OK, "cold warm: %s: %s", moegen_status_string(st), err.msg);
-  CHECK(compiled == MOEGEN_UNIT_COUNT && count_entries(root) == compiled,
-        "cold warm compiled %d units, %d entries; want %d", compiled, count_entries(root),
-        MOEGEN_UNIT_COUNT);
-  printf("cold warm: %d units in %.2f s\n", compiled, now_seconds() - t0);
+  int kernels = jit_kernels(&c, 0);
+  CHECK(kernels > MOEGEN_UNIT_COUNT && compiled == kernels && count_entries(root) == compiled,
+        "cold warm compiled %d kernels, %d entries; want %d", compiled, count_entries(root),
+        kernels);
+  printf("cold warm: %d kernels in %.2f s\n", compiled, now_seconds() - t0);
   t0 = now_seconds();
   st = moegen_jit_warm(&c, "sm_80", &compiled, &err);
-  CHECK(st == MOEGEN_OK && compiled == 0 && count_entries(root) == MOEGEN_UNIT_COUNT,
+  CHECK(st == MOEGEN_OK && compiled == 0 && count_entries(root) == kernels,
         "second warm: %s, %d compiled", moegen_status_string(st), compiled);
   printf("second warm: %.3f s\n", now_seconds() - t0);
-  jit_hits(&c);
+  jit_kernels(&c, 1);
   corrupt_entry(root, &c);
-  errors(root, c);
+  errors(root, c, MOEGEN_UNIT_COUNT);
   return check_result_in("test_jit_warm", root);
 }

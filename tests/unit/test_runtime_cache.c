@@ -57,7 +57,7 @@ static outcome compile(const char *source, const char *arch) {
   outcome o;
   int before = seen.lines;
   double t0 = now_seconds();
-  o.st = moegen_cache_compile(source, strlen(source), "tiny", arch, &o.cubin, &o.size, &o.log,
+  o.st = moegen_cache_compile(&(moegen_cache_source){.body = source, .body_size = strlen(source)}, "tiny", arch, NULL, &o.cubin, &o.size, &o.log,
                               &o.how);
   o.seconds = now_seconds() - t0;
   o.lines = seen.lines - before;
@@ -123,7 +123,7 @@ static void compile_child(int index, const char sources[UNITS][512], int go, int
     size_t size;
     char *log;
     moegen_cache_outcome how;
-    r.st[u] = moegen_cache_compile(sources[u], strlen(sources[u]), "tiny", "sm_90a", &cubin, &size,
+    r.st[u] = moegen_cache_compile(&(moegen_cache_source){.body = sources[u], .body_size = strlen(sources[u])}, "tiny", "sm_90a", NULL, &cubin, &size,
                                    &log, &how);
     r.compiles[u] = compiles - before;
     if (r.st[u] == MOEGEN_OK) moegen_sha256_hex(cubin, size, r.digest[u]);
@@ -204,7 +204,7 @@ static void *compile_thread(void *arg) {
   char *log;
   moegen_cache_outcome how;
   pthread_barrier_wait(j->barrier);
-  j->st = moegen_cache_compile(j->source, strlen(j->source), "tiny", "sm_90a", &j->cubin, &j->size,
+  j->st = moegen_cache_compile(&(moegen_cache_source){.body = j->source, .body_size = strlen(j->source)}, "tiny", "sm_90a", NULL, &j->cubin, &j->size,
                                &log, &how);
   free(log);
   return NULL;
@@ -268,7 +268,7 @@ static pid_t holder(const char *source, moegen_log_fn sink, int *status) {
     size_t size;
     char *log;
     moegen_cache_outcome how;
-    moegen_cache_compile(source, strlen(source), "tiny", "sm_90a", &cubin, &size, &log, &how);
+    moegen_cache_compile(&(moegen_cache_source){.body = source, .body_size = strlen(source)}, "tiny", "sm_90a", NULL, &cubin, &size, &log, &how);
     _exit(3); /* the sink was never called: no compile */
   }
   waitpid(pid, status, WUNTRACED);

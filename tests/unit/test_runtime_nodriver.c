@@ -284,7 +284,7 @@ static void no_nvrtc_compile(void) {
         "supported archs without NVRTC: count %d", count);
   moegen_nvrtc_load_error(why, sizeof why);
   CHECK(strstr(why, FAKE_LIBNVRTC) != NULL, "load error: \"%s\"", why);
-  moegen_status st = moegen_cache_compile("", 0, "x", "sm_90a", &cubin, &size, &log, &outcome);
+  moegen_status st = moegen_cache_compile(&(moegen_cache_source){.body = "", .body_size = 0}, "x", "sm_90a", NULL, &cubin, &size, &log, &outcome);
   CHECK(st == MOEGEN_ERR_NO_NVRTC && log && strstr(log, FAKE_LIBNVRTC), "cache_compile: %s %s",
         moegen_status_string(st), log ? log : "");
   free(log);
