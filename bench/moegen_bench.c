@@ -13,8 +13,14 @@
  * timed. The GEMM stages also print "peer": "cublaslt" lines (the cuBLASLt
  * loop of tests/gpu/cublaslt.h, checked the same way).
  *
+ * --graph times as users run small T: GRAPH_CALLS back-to-back calls of the
+ * op captured in one CUDA graph, the L2 flushed before each replay, the
+ * median replay / GRAPH_CALLS; rows carry "method": "graph" (peers.py
+ * --cudagraphs' method; compare.py compares graph rows only with graph
+ * rows), and an op that cannot be captured gives an error row.
+ *
  * Usage: moegen-bench [--models a,b] [--tokens 256,4096,16384] [--stages router,...]
- *                     [--arch sm_XY] [--warm-cache]
+ *                     [--arch sm_XY] [--warm-cache] [--graph]
  * --arch renders the modules for that arch instead of the device's own
  * (sm_90 on an H200 times the portable mma.sync GEMM). --warm-cache (with
  * --arch; no GPU needed) only compiles the listed models' modules into the
@@ -22,6 +28,7 @@
  * cache directory, moegen and NVRTC versions and the same arch (the
  * device's own: sm_90a on an H100 / H200) then compiles nothing.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,13 +63,73 @@ static const struct {
 #define WARMUP 20
 #define BUDGET_MS 2000.0f /* timed calls of one configuration, at most (but MIN_REPS) */
 #define MIN_REPS 20
+#define GRAPH_CALLS 20    /* calls in one graph under --graph (peers.py's GRAPH_CALLS) */
 
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return (x > y) - (x < y);
 }
 
+static int graph_method; /* --graph */
+static char graph_error[200]; /* why the last bench_time_op returned NAN */
+
+/* Per call ms of GRAPH_CALLS back-to-back calls of op captured in one CUDA
+ * graph (peers.py's graph method: the L2 flushed before each replay, the
+ * median replay / GRAPH_CALLS); NAN with graph_error set if op fails or
+ * cannot be captured. */
+static float time_graph(bench_op_fn op, void *ctx, void *flush) {
+  CUstream s;
+  CU(gpu_drv->cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */));
+  moegen_status st = MOEGEN_OK;
+  for (int i = 0; i < 3 && st == MOEGEN_OK; i++) st = op(ctx, s); /* warm, outside the capture */
+  CU(gpu_drv->cuStreamSynchronize(s));
+  CUgraph g = NULL;
+  CUgraphExec e = NULL;
+  CUresult r = st == MOEGEN_OK ? gpu_drv->cuStreamBeginCapture(s, 1 /* THREAD_LOCAL */) : 0;
+  for (int i = 0; i < GRAPH_CALLS && st == MOEGEN_OK && !r; i++) st = op(ctx, s);
+  if (st == MOEGEN_OK && !r) r = gpu_drv->cuStreamEndCapture(s, &g);
+  else if (!r) gpu_drv->cuStreamEndCapture(s, &g); /* ends the failed capture */
+  if (st == MOEGEN_OK && !r) r = gpu_drv->cuGraphInstantiate(&e, g, 0);
+  float result = NAN;
+  if (st != MOEGEN_OK || r) {
+    char why[160] = "";
+    if (r) moegen_driver_describe(r, why, sizeof why);
+    snprintf(graph_error, sizeof graph_error, "not capturable: %s",
+             st != MOEGEN_OK ? moegen_status_string(st) : why);
+  } else {
+    CUevent ev[2 * REPS];
+    for (int i = 0; i < 2 * REPS; i++) CU(gpu_drv->cuEventCreate(&ev[i], 0));
+    CU(gpu_drv->cuEventRecord(ev[0], s));
+    CU(gpu_drv->cuGraphLaunch(e, s)); /* warm, and the budget's measure */
+    CU(gpu_drv->cuEventRecord(ev[1], s));
+    CU(gpu_drv->cuEventSynchronize(ev[1]));
+    float one;
+    CU(gpu_drv->cuEventElapsedTime(&one, ev[0], ev[1]));
+    int reps = one * REPS <= BUDGET_MS ? REPS : (int)(BUDGET_MS / one);
+    if (reps < MIN_REPS) reps = MIN_REPS;
+    for (int i = 0; i < reps; i++) {
+      CU(gpu_drv->cuMemsetD8Async((CUdeviceptr)(uintptr_t)flush, (unsigned char)i,
+                                  BENCH_FLUSH_BYTES, s));
+      CU(gpu_drv->cuEventRecord(ev[2 * i], s));
+      CU(gpu_drv->cuGraphLaunch(e, s));
+      CU(gpu_drv->cuEventRecord(ev[2 * i + 1], s));
+    }
+    CU(gpu_drv->cuStreamSynchronize(s));
+    float ms[REPS];
+    for (int i = 0; i < reps; i++) CU(gpu_drv->cuEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+    for (int i = 0; i < 2 * REPS; i++) gpu_drv->cuEventDestroy(ev[i]);
+    qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+    result = ms[reps / 2] / GRAPH_CALLS;
+  }
+  if (e) gpu_drv->cuGraphExecDestroy(e);
+  if (g) gpu_drv->cuGraphDestroy(g);
+  CU(gpu_drv->cuStreamSynchronize(s));
+  gpu_drv->cuStreamDestroy(s);
+  return result;
+}
+
 float bench_time_op(bench_op_fn op, void *ctx, void *flush) {
+  if (graph_method) return time_graph(op, ctx, flush);
   CUevent ev[2 * REPS];
   for (int i = 0; i < 2 * REPS; i++) CU(gpu_drv->cuEventCreate(&ev[i], 0));
   for (int i = 0; i < WARMUP; i++) { /* the last one timed: how many calls fit BUDGET_MS */
@@ -108,10 +175,13 @@ moegen_config bench_config_of(const bench_model *md) {
   return c;
 }
 
+/* ", \"method\": \"graph\"" under --graph, else "". */
+static const char *method_json(void) { return graph_method ? ", \"method\": \"graph\"" : ""; }
+
 void bench_error_peer(const char *stage, const char *peer, const bench_model *md, int T,
                       const char *why) {
-  printf("{\"stage\": \"%s\", \"peer\": \"%s\", \"model\": \"%s\", \"tokens\": %d, "
-         "\"error\": \"%s\"}\n", stage, peer, md->name, T, why);
+  printf("{\"stage\": \"%s\", \"peer\": \"%s\", \"model\": \"%s\", \"tokens\": %d%s, "
+         "\"error\": \"%s\"}\n", stage, peer, md->name, T, method_json(), why);
   fflush(stdout);
 }
 
@@ -121,8 +191,12 @@ void bench_error(const char *stage, const bench_model *md, int T, const char *wh
 
 void bench_peer_result(const char *stage, const char *peer, const bench_model *md, int T, float ms,
                        const char *extra) {
-  printf("{\"stage\": \"%s\", \"peer\": \"%s\", \"model\": \"%s\", \"tokens\": %d, "
-         "\"ms\": %.6f%s}\n", stage, peer, md->name, T, ms, extra);
+  if (isnan(ms)) {
+    bench_error_peer(stage, peer, md, T, graph_error);
+    return;
+  }
+  printf("{\"stage\": \"%s\", \"peer\": \"%s\", \"model\": \"%s\", \"tokens\": %d%s, "
+         "\"ms\": %.6f%s}\n", stage, peer, md->name, T, method_json(), ms, extra);
   fflush(stdout);
 }
 
@@ -182,11 +256,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--stages") && i + 1 < argc) stage_list = argv[++i];
     else if (!strcmp(argv[i], "--arch") && i + 1 < argc) bench_arch = argv[++i];
     else if (!strcmp(argv[i], "--warm-cache")) warm = 1;
+    else if (!strcmp(argv[i], "--graph")) graph_method = 1;
     else {
       fprintf(stderr, "usage: moegen-bench [--models a,b] [--tokens 256,4096] [--stages");
       for (size_t s = 0; s < sizeof stages / sizeof stages[0]; s++)
         fprintf(stderr, "%s%s", s ? "," : " ", stages[s].name);
-      fprintf(stderr, "] [--arch sm_XY] [--warm-cache]\n");
+      fprintf(stderr, "] [--arch sm_XY] [--warm-cache] [--graph]\n");
       return 64;
     }
   }
