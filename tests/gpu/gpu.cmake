@@ -14,9 +14,12 @@ moegen_add_test(test_gemm_cublas_gpu SOURCES gpu/test_gemm_cublas.c LABELS gpu L
 set_tests_properties(test_gemm_cublas_gpu PROPERTIES TIMEOUT 900)
 # The same GEMM and layer tests on the portable mma.sync GEMM (modules for
 # the device's arch without the 'a': sm_90 on Hopper; tests/gpu/check.h).
+# Built so (MOEGEN_TEST_PORTABLE_BUILD): the binary run directly, as
+# bench/gpu_tests.sh and bench/sanitize.sh do, tests the portable GEMM too.
 foreach(t gemm gemm_bwd layer gemm_cublas)
   moegen_add_test(test_${t}_portable_gpu SOURCES gpu/test_${t}.c LABELS gpu ENV MOEGEN_TEST_PORTABLE=1
     LIBS moegen_cublaslt)
+  target_compile_definitions(test_${t}_portable_gpu PRIVATE MOEGEN_TEST_PORTABLE_BUILD=1)
   set_tests_properties(test_${t}_portable_gpu PROPERTIES TIMEOUT 900)
 endforeach()
 moegen_add_test(test_permute_gpu SOURCES gpu/test_permute.c LABELS gpu)

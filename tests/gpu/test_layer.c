@@ -13,11 +13,8 @@
 #include "dtypes.h"
 #include "gpu.h"
 #include "layer_ref.h"
+#include "layer_test.h"
 #include "moegen/moegen.h"
-
-#define ALL_UNITS                                                                     \
-  (1u << MOEGEN_UNIT_ROUTER | 1u << MOEGEN_UNIT_ROUTER_TRAIN | 1u << MOEGEN_UNIT_PERMUTE | \
-   1u << MOEGEN_UNIT_GEMM | 1u << MOEGEN_UNIT_GEMM_TRAIN)
 
 typedef struct model {
   const char *name;
@@ -54,38 +51,12 @@ static moegen_config config_of(const model *md) {
   return c;
 }
 
-/* n bf16 values scale * normal into host h (as floats) and device d. */
-static void fill_bf16(float *h, void *d, size_t n, float scale) {
-  uint16_t *b = malloc(2 * n + 2);
-  for (size_t i = 0; i < n; i++) {
-    b[i] = f32_to_bf16(scale * rng_normal());
-    h[i] = bf16_to_f32(b[i]);
-  }
-  gpu_put(d, b, 2 * n);
-  free(b);
-}
-
 /* Compares n device values (bf16, or fp32 if f32) with ref; 0 if they differ. */
 static int compare(const char *what, const void *dev, int f32, const float *ref, size_t n) {
   void *h = malloc((f32 ? 4 : 2) * n + 4);
   gpu_get(h, dev, (f32 ? 4 : 2) * n);
-  double d2 = 0, r2 = 0, dmax = 0, rmax = 0;
-  size_t nan = 0;
-  for (size_t i = 0; i < n; i++) {
-    float g = f32 ? ((float *)h)[i] : bf16_to_f32(((uint16_t *)h)[i]);
-    if (isnan(g)) nan++;
-    double d = fabs((double)g - ref[i]);
-    d2 += d * d;
-    r2 += (double)ref[i] * ref[i];
-    dmax = fmax(dmax, d);
-    rmax = fmax(rmax, fabs(ref[i]));
-  }
+  int ok = layer_compare(what, h, f32, ref, n);
   free(h);
-  double frob = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-  double rel = rmax > 0 ? dmax / rmax : dmax;
-  int ok = !nan && frob < 1e-2 && rel < 2e-2;
-  if (!ok)
-    printf("  FAIL %s: frob %.3e max|d|/max|ref| %.3e (%zu NaN of %zu)\n", what, frob, rel, nan, n);
   return ok;
 }
 
@@ -318,14 +289,16 @@ static void case_empty(moegen_module *m) {
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
+  static const int own_tokens[] = {1, 77};
+  int tokens[GPU_MAX_TOKENS];
+  const int nt = gpu_tokens(own_tokens, 2, tokens);
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
     moegen_config c = config_of(&models[i]);
-    moegen_module *m = test_jit(&c, ALL_UNITS, models[i].name);
+    moegen_module *m = test_jit(&c, LAYER_UNITS, models[i].name);
     if (!m) continue;
-    case_eager(m, &models[i], 1);
-    case_eager(m, &models[i], 77);
+    for (int t = 0; t < nt; t++) case_eager(m, &models[i], tokens[t]);
     if (i == 0) {
-      case_graph(m, &models[i], 45);
+      case_graph(m, &models[i], gpu_token(45));
       case_args(m, &models[i]);
       case_empty(m);
     }
