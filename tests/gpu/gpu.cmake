@@ -26,6 +26,10 @@ moegen_add_test(test_permute_gpu SOURCES gpu/test_permute.c LABELS gpu)
 set_tests_properties(test_permute_gpu PROPERTIES TIMEOUT 600)
 moegen_add_test(test_layer_gpu SOURCES gpu/test_layer.c LABELS gpu)
 set_tests_properties(test_layer_gpu PROPERTIES TIMEOUT 600)
+# Two host threads drive two modules on two streams through the layer
+# forward and backward at once; bit-identical to a serial run.
+moegen_add_test(test_concurrency_gpu SOURCES gpu/test_concurrency.c LABELS gpu LIBS Threads::Threads)
+set_tests_properties(test_concurrency_gpu PROPERTIES TIMEOUT 600)
 
 # The AOT path as a build pipeline uses it: moegen_generate (cmake/moegen.cmake)
 # generates ds3.{cu,h,c,json} with nvcc at build time; the test links the
