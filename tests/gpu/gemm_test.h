@@ -43,12 +43,15 @@ static inline int count_sets(void) { return gpu_small() ? gpu_token_env()->n : 1
 
 /* The counts of set `set` (< count_sets()) of a case whose own counts are
  * own[E]: own, or in small-shape mode the set-th listed count of rows
- * spread over the experts (spread_rows). Into c[E]. A case keeps the
- * buffer bound of its own counts (their sum + its extra rows, or more if a
- * set has more rows), so that it takes the same (tall or not) kernels. */
-static inline void counts_of_set(int set, const int32_t *own, int E, int32_t *c) {
+ * spread over the experts (spread_rows). Into c[E]. Returns the buffer
+ * bound (max_rows) of the set: that of the case's own counts, their sum +
+ * `extra` rows (or more if the set has more rows), so that every set takes
+ * the kernels (tall or not) the case takes. */
+static inline int counts_of_set(int set, const int32_t *own, int E, int extra, int32_t *c) {
   if (gpu_small()) spread_rows(gpu_token_env()->t[set], E, c);
   else memcpy(c, own, 4 * (size_t)E);
+  const int rows = sum_of(c, E), own_rows = sum_of(own, E);
+  return (rows > own_rows ? rows : own_rows) + extra;
 }
 
 /* A module of E experts, hidden H, ffn F (topk 1), with `units` loaded. */

@@ -1,7 +1,7 @@
 /* tests/gpu/layer_test.h -- what the MoE layer GPU tests (test_layer.c,
- * test_concurrency.c) share: the units a layer needs, random bf16 inputs,
- * and the comparison with the CPU reference (tests/ref/layer_ref.c). After
- * check.h. */
+ * test_concurrency.c) share: a layer config (layer_model.h), the units a
+ * layer needs, random bf16 inputs, and the comparison with the CPU
+ * reference (tests/ref/layer_ref.c). After check.h. */
 #ifndef MOEGEN_TESTS_LAYER_TEST_H
 #define MOEGEN_TESTS_LAYER_TEST_H
 
@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "half.h"
+#include "layer_model.h"
 
 /* Every compile unit moegen_layer_fwd / _bwd launches kernels of. */
 #define LAYER_UNITS                                                                           \

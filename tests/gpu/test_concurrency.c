@@ -35,38 +35,15 @@
 /* Rounds each thread runs per phase: every (T, accumulate) pair twice. */
 #define ROUNDS_PER_PAIR 2
 
-/* A layer config (logits bf16). F <= 64 keeps dlogits deterministic (top);
- * F = 64 also keeps every GEMM dimension at least one 64-wide TMA box. */
-typedef struct layer_spec {
-  const char *name;
-  int E, K, H, F, groups, group_topk, bias, pre;
-  moegen_score score;
-  double scaling;
-} layer_spec;
-
-static const layer_spec specs[2] = {
+/* The two configs. F <= 64 keeps dlogits deterministic (top); F = 64
+ * also keeps every GEMM dimension at least one 64-wide TMA box. */
+static const layer_model specs[2] = {
     {"A: sigmoid E=64 K=6, 8 groups keep 3, bias, x2.5, H=264 F=64", 64, 6, 264, 64, 8, 3, 1, 0,
      MOEGEN_SCORE_SIGMOID, 2.5},
     {"B: softmax pre E=32 K=4, H=136 F=64", 32, 4, 136, 64, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0},
 };
 
-static moegen_config config_of(const layer_spec *ls) {
-  moegen_config c;
-  moegen_config_defaults(&c);
-  snprintf(c.name, sizeof c.name, "conctest");
-  c.experts = ls->E;
-  c.topk = ls->K;
-  c.hidden = ls->H;
-  c.ffn = ls->F;
-  c.score = ls->score;
-  c.pre_softmax = ls->pre;
-  c.groups = ls->groups;
-  c.group_topk = ls->group_topk;
-  c.expert_bias = ls->bias;
-  c.scaling = ls->scaling;
-  c.logits_dtype = MOEGEN_DTYPE_BF16;
-  return c;
-}
+static moegen_config config_of(const layer_model *ls) { return layer_config(ls, "conctest"); }
 
 /* The token counts (into tokens[]) and their largest, the bound every
  * buffer is sized for. */
@@ -75,7 +52,7 @@ static int ntok, max_T, tokens[GPU_MAX_TOKENS];
 /* One input set of one config, its buffers, its stream, and the serial
  * run's outputs. Owned by one thread at a time. */
 typedef struct job {
-  const layer_spec *ls;
+  const layer_model *ls;
   moegen_config c;
   moegen_layer_shape sh;                     /* at max_T */
   size_t n1, n2;                             /* elements of w1 [E, 2F, H], w2 [E, H, F] */
@@ -96,7 +73,7 @@ static size_t out_bytes(const job *j, int T, int acc) {
          (acc ? 4 : 2) * (j->n1 + j->n2);
 }
 
-static void make_job(job *j, const layer_spec *ls, const moegen_module *m) {
+static void make_job(job *j, const layer_model *ls, const moegen_module *m) {
   memset(j, 0, sizeof *j);
   j->ls = ls;
   j->c = config_of(ls);

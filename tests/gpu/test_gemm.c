@@ -132,9 +132,7 @@ static void case_counts(const char *what, int E, int H, int F, const int32_t *ow
   const moegen_image *img = moegen_module_image(m);
   int32_t *counts = malloc(4 * (size_t)E);
   for (int set = 0; set < count_sets(); set++) {
-    counts_of_set(set, own, E, counts);
-    const int rows = sum_of(counts, E), own_rows = sum_of(own, E);
-    const int max_rows = (rows > own_rows ? rows : own_rows) + EXTRA_ROWS;
+    const int max_rows = counts_of_set(set, own, E, EXTRA_ROWS, counts);
     for (int g = 1; g <= 2; g++) {
       moegen_gemm_fwd_shape sh;
       if (moegen_gemm_fwd_shape_of(img, (moegen_gemm_id)g, 1, &sh) != MOEGEN_OK) {

@@ -16,40 +16,16 @@
 #include "layer_test.h"
 #include "moegen/moegen.h"
 
-typedef struct model {
-  const char *name;
-  int E, K, groups, group_topk, bias;
-  moegen_score score;
-  int pre;
-  double scaling;
-} model;
-
-static const model models[] = {
-    {"deepseek-v3", 256, 8, 8, 4, 1, MOEGEN_SCORE_SIGMOID, 0, 2.5},
-    {"qwen3-30b-a3b", 128, 8, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1, 1.0},
-    {"mixtral-8x7b", 8, 2, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 0, 1.0},
-    {"gpt-oss-120b", 128, 4, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 0, 1.0},
-};
-
 enum { H = 264, F = 136 }; /* multiples of 8, not of any tile */
 
-static moegen_config config_of(const model *md) {
-  moegen_config c;
-  moegen_config_defaults(&c);
-  snprintf(c.name, sizeof c.name, "layertest");
-  c.experts = md->E;
-  c.topk = md->K;
-  c.hidden = H;
-  c.ffn = F;
-  c.score = md->score;
-  c.pre_softmax = md->pre;
-  c.groups = md->groups;
-  c.group_topk = md->group_topk;
-  c.expert_bias = md->bias;
-  c.scaling = md->scaling;
-  c.logits_dtype = MOEGEN_DTYPE_BF16;
-  return c;
-}
+static const layer_model models[] = {
+    {"deepseek-v3", 256, 8, H, F, 8, 4, 1, 0, MOEGEN_SCORE_SIGMOID, 2.5},
+    {"qwen3-30b-a3b", 128, 8, H, F, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0},
+    {"mixtral-8x7b", 8, 2, H, F, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0},
+    {"gpt-oss-120b", 128, 4, H, F, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0},
+};
+
+static moegen_config config_of(const layer_model *md) { return layer_config(md, "layertest"); }
 
 /* Compares n device values (bf16, or fp32 if f32) with ref; 0 if they differ. */
 static int compare(const char *what, const void *dev, int f32, const float *ref, size_t n) {
@@ -77,7 +53,7 @@ static void new_inputs(problem *p) {
   fill_bf16(p->dy, p->ddy, (size_t)T * H, 1.0f);
 }
 
-static problem make_problem(moegen_module *m, const model *md, int T) {
+static problem make_problem(moegen_module *m, const layer_model *md, int T) {
   problem p = {.c = config_of(md), .T = T};
   const int E = md->E;
   moegen_layer_shape_of(moegen_module_image(m), T, &p.sh);
@@ -174,7 +150,7 @@ static int run(moegen_module *m, problem *p, int accumulate, CUstream s) {
 
 /* Forward + backward at T, bf16 weight grads, then fp32 accumulate into
  * random main_grad. */
-static void case_eager(moegen_module *m, const model *md, int T) {
+static void case_eager(moegen_module *m, const layer_model *md, int T) {
   problem p = make_problem(m, md, T);
   char what[128];
   poison(&p);
@@ -199,7 +175,7 @@ static void case_eager(moegen_module *m, const model *md, int T) {
 }
 
 /* Forward + backward captured once; replayed twice with new x, logits, dy. */
-static void case_graph(moegen_module *m, const model *md, int T) {
+static void case_graph(moegen_module *m, const layer_model *md, int T) {
   problem p = make_problem(m, md, T);
   CUstream s;
   CUgraph g;
@@ -226,7 +202,7 @@ static void case_graph(moegen_module *m, const model *md, int T) {
 }
 
 /* Argument checks: T past max_tokens, short saved/workspace. */
-static void case_args(moegen_module *m, const model *md) {
+static void case_args(moegen_module *m, const layer_model *md) {
   problem p = make_problem(m, md, 4);
   moegen_layer_fwd_args fa = fwd_args(&p);
   fa.num_tokens = 5;
