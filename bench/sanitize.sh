@@ -93,6 +93,9 @@ has() { grep -qE -- "(^|[[:space:][])$1([[:space:]]|\]|$)" <<< "$help"; }
 common=(--error-exitcode 1 --print-limit 100)
 has --check-exit-code && common+=(--check-exit-code no)   # a failing test is not a report
 has --launch-timeout && common+=(--launch-timeout 120)    # many runs start at once
+# cuBLASLt (test_gemm_cublas) asks the driver for entry points it may lack:
+# a NOT_FOUND answer is its probe, not an error of the code under test.
+has --ignore-getprocaddress-notfound && common+=(--ignore-getprocaddress-notfound)
 declare -A tool_opts
 tool_opts[memcheck]=""
 [ "${SANITIZE_TENSOR_OPS:-yes}" = yes ] && has --check-tensor-ops && tool_opts[memcheck]="--check-tensor-ops yes"

@@ -179,11 +179,14 @@ static void run_set(moegen_module *m, const shape_bufs *b, const int32_t *counts
 }
 
 /* One model shape (E experts, hidden H, ffn F), in buffers of max_rows
- * rows, on each of the n row sets sets[0..n)[E]. */
+ * rows (or more, if a set has more rows), on each of the n row sets
+ * sets[0..n)[E]. */
 static void case_shape(const char *name, int E, int H, int F, int n, int32_t (*sets)[256],
                        int max_rows) {
   moegen_module *m = module_of(E, H, F, 1u << MOEGEN_UNIT_GEMM | 1u << MOEGEN_UNIT_GEMM_TRAIN);
   if (!m) return;
+  for (int set = 0; set < n; set++)
+    if (sum_of(sets[set], E) + EXTRA_ROWS > max_rows) max_rows = sum_of(sets[set], E) + EXTRA_ROWS;
   printf("%s: E=%d H=%d F=%d max_rows=%d%s\n", name, E, H, F, max_rows,
          moegen_gemm_tall(moegen_module_image(m), max_rows) ? " (tall tiles)" : "");
   shape_bufs b = {.E = E, .H = H, .F = F, .max_rows = max_rows,
