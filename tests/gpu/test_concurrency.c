@@ -73,6 +73,9 @@ static size_t out_bytes(const job *j, int T, int acc) {
          (acc ? 4 : 2) * (j->n1 + j->n2);
 }
 
+/* Job j of config ls (m: a module of it, for the layer's shape at max_T):
+ * fresh random inputs on the host and the device, outputs, saved and
+ * workspace allocated (not written), its stream. */
 static void make_job(job *j, const layer_model *ls, const moegen_module *m) {
   memset(j, 0, sizeof *j);
   j->ls = ls;
@@ -99,6 +102,7 @@ static void make_job(job *j, const layer_model *ls, const moegen_module *m) {
   CU(gpu_drv->cuStreamCreate(&j->stream, MOEGEN_CU_STREAM_NON_BLOCKING));
 }
 
+/* Frees what make_job and serial_reference made. */
 static void free_job(job *j) {
   free(j->hx), free(j->hlogits), free(j->hdy), free(j->hbias), free(j->hw1), free(j->hw2);
   void *dev[] = {j->x, j->logits, j->dy, j->bias, j->w1, j->w2, j->y, j->dx, j->dlogits,
