@@ -11,15 +11,11 @@
 #include <stdio.h>
 
 #include "../tests/gpu/gpu.h"
+#include "../tests/gpu/layer_model.h"
 #include "moegen/moegen.h"
 
 /* The shapes of peers.py's MODELS (same score functions and options). */
-typedef struct bench_model {
-  const char *name;
-  int E, K, H, F, groups, group_topk, bias, pre_softmax;
-  moegen_score score;
-  double scaling;
-} bench_model;
+typedef layer_model bench_model;
 
 #define BENCH_FLUSH_BYTES (256u << 20)
 

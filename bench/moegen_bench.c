@@ -157,23 +157,7 @@ float bench_time_op(bench_op_fn op, void *ctx, void *flush) {
   return ms[reps / 2];
 }
 
-moegen_config bench_config_of(const bench_model *md) {
-  moegen_config c;
-  moegen_config_defaults(&c);
-  snprintf(c.name, sizeof c.name, "%s", md->name);
-  c.experts = md->E;
-  c.topk = md->K;
-  c.hidden = md->H;
-  c.ffn = md->F;
-  c.score = md->score;
-  c.pre_softmax = md->pre_softmax;
-  c.groups = md->groups;
-  c.group_topk = md->group_topk;
-  c.expert_bias = md->bias;
-  c.scaling = md->scaling;
-  c.logits_dtype = MOEGEN_DTYPE_BF16;
-  return c;
-}
+moegen_config bench_config_of(const bench_model *md) { return layer_config(md, md->name); }
 
 /* ", \"method\": \"graph\"" under --graph, else "". */
 static const char *method_json(void) { return graph_method ? ", \"method\": \"graph\"" : ""; }

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "half.h"
@@ -27,6 +28,30 @@ static inline void fill(float *h, void *d, size_t n, float scale) {
   }
   if (d) gpu_put(d, b, 2 * n);
   free(b);
+}
+
+/* rows rows spread over E experts, each on a uniformly random one (at few
+ * rows most experts stay empty), into c[E]. */
+static inline void spread_rows(int rows, int E, int32_t *c) {
+  for (int e = 0; e < E; e++) c[e] = 0;
+  for (int r = 0; r < rows; r++) c[rng_u64() % (uint64_t)E]++;
+}
+
+/* How many row sets a GEMM case runs: 1 (its own counts), or in
+ * small-shape mode (gpu.h) one per MOEGEN_TEST_TOKENS count. */
+static inline int count_sets(void) { return gpu_small() ? gpu_token_env()->n : 1; }
+
+/* The counts of set `set` (< count_sets()) of a case whose own counts are
+ * own[E]: own, or in small-shape mode the set-th listed count of rows
+ * spread over the experts (spread_rows). Into c[E]. Returns the buffer
+ * bound (max_rows) of the set: that of the case's own counts, their sum +
+ * `extra` rows (or more if the set has more rows), so that every set takes
+ * the kernels (tall or not) the case takes. */
+static inline int counts_of_set(int set, const int32_t *own, int E, int extra, int32_t *c) {
+  if (gpu_small()) spread_rows(gpu_token_env()->t[set], E, c);
+  else memcpy(c, own, 4 * (size_t)E);
+  const int rows = sum_of(c, E), own_rows = sum_of(own, E);
+  return (rows > own_rows ? rows : own_rows) + extra;
 }
 
 /* A module of E experts, hidden H, ffn F (topk 1), with `units` loaded. */

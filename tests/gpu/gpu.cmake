@@ -14,15 +14,22 @@ moegen_add_test(test_gemm_cublas_gpu SOURCES gpu/test_gemm_cublas.c LABELS gpu L
 set_tests_properties(test_gemm_cublas_gpu PROPERTIES TIMEOUT 900)
 # The same GEMM and layer tests on the portable mma.sync GEMM (modules for
 # the device's arch without the 'a': sm_90 on Hopper; tests/gpu/check.h).
+# Built so (MOEGEN_TEST_PORTABLE_BUILD): the binary run directly, as
+# bench/gpu_tests.sh and bench/sanitize.sh do, tests the portable GEMM too.
 foreach(t gemm gemm_bwd layer gemm_cublas)
   moegen_add_test(test_${t}_portable_gpu SOURCES gpu/test_${t}.c LABELS gpu ENV MOEGEN_TEST_PORTABLE=1
     LIBS moegen_cublaslt)
+  target_compile_definitions(test_${t}_portable_gpu PRIVATE MOEGEN_TEST_PORTABLE_BUILD=1)
   set_tests_properties(test_${t}_portable_gpu PROPERTIES TIMEOUT 900)
 endforeach()
 moegen_add_test(test_permute_gpu SOURCES gpu/test_permute.c LABELS gpu)
 set_tests_properties(test_permute_gpu PROPERTIES TIMEOUT 600)
 moegen_add_test(test_layer_gpu SOURCES gpu/test_layer.c LABELS gpu)
 set_tests_properties(test_layer_gpu PROPERTIES TIMEOUT 600)
+# Two host threads drive two modules on two streams through the layer
+# forward and backward at once; bit-identical to a serial run.
+moegen_add_test(test_concurrency_gpu SOURCES gpu/test_concurrency.c LABELS gpu LIBS Threads::Threads)
+set_tests_properties(test_concurrency_gpu PROPERTIES TIMEOUT 600)
 
 # The AOT path as a build pipeline uses it: moegen_generate (cmake/moegen.cmake)
 # generates ds3.{cu,h,c,json} with nvcc at build time; the test links the

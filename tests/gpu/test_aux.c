@@ -250,7 +250,7 @@ static void loss_case(moegen_module *m, int64_t R, int E, int B, moegen_dtype pd
 /* One capture with N in a device scalar; three replays with other N. */
 static void loss_graph_case(moegen_module *m, int64_t R, int E) {
   int64_t C = E, n = R * C;
-  float *p = malloc(4 * (size_t)n), *tpe = malloc(4 * (size_t)C);
+  float *p = malloc(4 * (size_t)n + 4), *tpe = malloc(4 * (size_t)C);
   int32_t *htpe = malloc(8 * (size_t)C);
   for (int64_t i = 0; i < n; i++) p[i] = rng_uniform();
   make_tpe(MOEGEN_COUNT_INT32, C, R, tpe, htpe);
@@ -365,26 +365,28 @@ static void empty_case(moegen_module *m) {
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
-  static const int tokens[] = {0, 1, 33, 777};
+  static const int own_tokens[] = {0, 1, 33, 777}, own_rows[] = {0, 1, 33, 777, 4099};
+  int tokens[GPU_MAX_TOKENS], rows[GPU_MAX_TOKENS];
+  const int nt = gpu_tokens(own_tokens, sizeof own_tokens / sizeof own_tokens[0], tokens);
+  const int nr = gpu_tokens(own_rows, sizeof own_rows / sizeof own_rows[0], rows);
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     const spec *s = &specs[i];
     moegen_config c = config_of(s);
     moegen_module *m = test_jit(&c, 1u << MOEGEN_UNIT_ROUTER_TRAIN, s->what);
     if (!m) continue;
     int before = failures;
-    for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
+    for (int t = 0; t < nt; t++)
       for (int ties = 0; ties < 2; ties++) scores_case(m, s, tokens[t], ties);
     printf("%s scores: %s\n", failures == before ? "ok  " : "FAIL", s->what);
     if (i == 0) { /* the loss does not depend on the config: sweep it once */
       before = failures;
-      static const int64_t rows[] = {0, 1, 33, 777, 4099};
-      for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+      for (int r = 0; r < nr; r++)
         for (int pd = 0; pd < 3; pd++)
           for (int td = 0; td <= MOEGEN_COUNT_INT16; td++)
-            loss_case(m, rows[r], r % 2 ? 130 : 256, 1 + (int)(r % 3), (moegen_dtype)pd,
+            loss_case(m, rows[r], r % 2 ? 130 : 256, 1 + r % 3, (moegen_dtype)pd,
                       (moegen_count_dtype)td);
-      loss_case(m, 65536, 256, 1, MOEGEN_DTYPE_FP32, MOEGEN_COUNT_INT32); /* every block busy */
-      loss_graph_case(m, 4099, 256);
+      loss_case(m, gpu_token(65536), 256, 1, MOEGEN_DTYPE_FP32, MOEGEN_COUNT_INT32); /* every block busy */
+      loss_graph_case(m, gpu_token(4099), 256);
       loss_arg_checks(m);
       empty_case(m);
       printf("%s aux loss (all dtypes, graph replay with device N)\n",

@@ -41,8 +41,9 @@ static void set_counts(problem *p, const int32_t *counts) {
   gemm_ref_fwd(p->E, p->N, p->K, p->counts, p->x, p->w, p->ref);
 }
 
-static problem make_problem(int E, int N, int K, const int32_t *counts) {
-  problem p = {.E = E, .N = N, .K = K, .max_rows = sum_of(counts, E) + EXTRA_ROWS};
+/* max_rows: the rows of x and y, at least the counts' sum. */
+static problem make_problem(int E, int N, int K, const int32_t *counts, int max_rows) {
+  problem p = {.E = E, .N = N, .K = K, .max_rows = max_rows};
   size_t xs = (size_t)p.max_rows * K, ws = (size_t)E * N * K, ys = (size_t)p.max_rows * N;
   p.counts = malloc(4 * (size_t)E);
   p.x = malloc(4 * xs);
@@ -123,29 +124,35 @@ static void run_once(moegen_module *m, problem *p, moegen_gemm_id which, int off
   verify(p, label);
 }
 
-/* Both GEMMs of an (E, H, F) module with the given counts, via counts and offsets. */
-static void case_counts(const char *what, int E, int H, int F, const int32_t *counts) {
+/* Both GEMMs of an (E, H, F) module with the given counts (own[E]; in
+ * small-shape mode each set of counts_of_set), via counts and offsets. */
+static void case_counts(const char *what, int E, int H, int F, const int32_t *own) {
   moegen_module *m = module_of(E, H, F, 1u << MOEGEN_UNIT_GEMM);
   if (!m) return;
   const moegen_image *img = moegen_module_image(m);
-  for (int g = 1; g <= 2; g++) {
-    moegen_gemm_fwd_shape sh;
-    if (moegen_gemm_fwd_shape_of(img, (moegen_gemm_id)g, 1, &sh) != MOEGEN_OK) {
-      printf("  FAIL %s: shape_of\n", what);
-      failures++;
-      continue;
+  int32_t *counts = malloc(4 * (size_t)E);
+  for (int set = 0; set < count_sets(); set++) {
+    const int max_rows = counts_of_set(set, own, E, EXTRA_ROWS, counts);
+    for (int g = 1; g <= 2; g++) {
+      moegen_gemm_fwd_shape sh;
+      if (moegen_gemm_fwd_shape_of(img, (moegen_gemm_id)g, 1, &sh) != MOEGEN_OK) {
+        printf("  FAIL %s: shape_of\n", what);
+        failures++;
+        continue;
+      }
+      problem p = make_problem(E, (int)sh.w[1], (int)sh.w[2], counts, max_rows);
+      const int tall = moegen_gemm_tall(img, p.max_rows);
+      hopper_runs += !img->gemm.portable;
+      char label[96];
+      snprintf(label, sizeof label, "%s %s", what,
+               img->gemm.portable ? "portable" : tall ? "tall" : "bm128");
+      tall_runs += tall;
+      run_once(m, &p, (moegen_gemm_id)g, 0, label);
+      run_once(m, &p, (moegen_gemm_id)g, 1, label);
+      free_problem(&p);
     }
-    problem p = make_problem(E, (int)sh.w[1], (int)sh.w[2], counts);
-    const int tall = moegen_gemm_tall(img, p.max_rows);
-    hopper_runs += !img->gemm.portable;
-    char label[96];
-    snprintf(label, sizeof label, "%s %s", what,
-             img->gemm.portable ? "portable" : tall ? "tall" : "bm128");
-    tall_runs += tall;
-    run_once(m, &p, (moegen_gemm_id)g, 0, label);
-    run_once(m, &p, (moegen_gemm_id)g, 1, label);
-    free_problem(&p);
   }
+  free(counts);
   moegen_module_destroy(m);
 }
 
@@ -155,14 +162,23 @@ static void random_counts(int32_t *c, int E, int max) {
 }
 
 /* Capture one gemm2 (N = 512, K = 256) into a graph; replay it after
- * changing the counts on the device to each of sets[0..2] (same sum, so the
- * same max_rows): the graph reads the new counts, and its memset node
- * re-arms the tile ticket on every replay (what = the case's name). */
-static void case_graph(const char *what, int E, const int32_t *const sets[3]) {
+ * changing the counts on the device to each of own[0..2] (same sum, so the
+ * same max_rows; in small-shape mode three spreads of the listed count
+ * nearest that sum, with the same max_rows): the graph reads the new
+ * counts, and its memset node re-arms the tile ticket on every replay
+ * (what = the case's name). */
+static void case_graph(const char *what, int E, const int32_t *const own[3]) {
   moegen_module *m = module_of(E, 512, 256, 1u << MOEGEN_UNIT_GEMM);
   if (!m) return;
+  int32_t *sets[3];
+  const int own_rows = sum_of(own[0], E), rows = gpu_token(own_rows);
+  for (int i = 0; i < 3; i++) {
+    sets[i] = malloc(4 * (size_t)E);
+    if (gpu_small()) spread_rows(rows, E, sets[i]);
+    else memcpy(sets[i], own[i], 4 * (size_t)E);
+  }
   const int32_t *a = sets[0];
-  problem p = make_problem(E, 512, 256, a);
+  problem p = make_problem(E, 512, 256, a, (rows > own_rows ? rows : own_rows) + EXTRA_ROWS);
   CUstream stream;
   CUgraph g;
   CUgraphExec ge;
@@ -189,6 +205,7 @@ static void case_graph(const char *what, int E, const int32_t *const sets[3]) {
   CU(gpu_drv->cuGraphDestroy(g));
   CU(gpu_drv->cuStreamDestroy(stream));
   free_problem(&p);
+  for (int i = 0; i < 3; i++) free(sets[i]);
   moegen_module_destroy(m);
 }
 
@@ -255,8 +272,9 @@ int main(void) {
   const int32_t ct[5] = {1025, 0, 511, 640, 612};
   case_counts("E=5 tall tiles, N,K not tile multiples", 5, 520, 200, ct);
   const int32_t cg[3] = {5, 0, 70}, cd[2] = {3, 70};
-  case_counts("gpt-oss shapes (E=3)", 3, 2880, 2880, cg);
-  case_counts("deepseek-v3 shapes (E=2)", 2, 7168, 2048, cd);
+  if (!gpu_skip_heavy("gpt-oss shapes (E=3)")) case_counts("gpt-oss shapes (E=3)", 3, 2880, 2880, cg);
+  if (!gpu_skip_heavy("deepseek-v3 shapes (E=2)"))
+    case_counts("deepseek-v3 shapes (E=2)", 2, 7168, 2048, cd);
   const int32_t ga[4] = {0, 1, 127, 300}, gb[4] = {300, 127, 0, 1}, gc[4] = {128, 0, 64, 200};
   const int32_t *const small[3] = {ga, gb, gc};
   case_graph("E=4", 4, small);

@@ -288,46 +288,52 @@ static void run_dglu(moegen_module *m, problem *p, int offsets, int with_prob, c
 
 enum { DGRAD = 1, WGRAD = 2, GLU = 4, ALL = 7, QUICK = 8 /* one variant of each */ };
 
-/* The ops in `ops` for both GEMMs of an (E, H, F) module with these counts. */
-static void case_counts(const char *what, int E, int H, int F, const int32_t *counts, int ops) {
+/* The ops in `ops` for both GEMMs of an (E, H, F) module with these counts
+ * (own[E]; in small-shape mode each set of counts_of_set). */
+static void case_counts(const char *what, int E, int H, int F, const int32_t *own, int ops) {
   moegen_module *m = module_of(E, H, F, 1u << MOEGEN_UNIT_GEMM | 1u << MOEGEN_UNIT_GEMM_TRAIN);
   if (!m) return;
   const moegen_image *img = moegen_module_image(m);
-  for (int g = 1; g <= 2; g++) {
-    moegen_gemm_bwd_shape sh;
-    if (moegen_gemm_bwd_shape_of(img, (moegen_gemm_id)g, 1, &sh) != MOEGEN_OK) {
-      printf("  FAIL %s: shape_of\n", what);
-      failures++;
-      continue;
-    }
-    problem p = make_problem(E, (int)sh.w[1], (int)sh.w[2], counts, sum_of(counts, E) + EXTRA_ROWS);
-    const int quick = ops & QUICK;
-    hopper_runs += !img->gemm.portable;
-    if (moegen_gemm_tall(img, p.max_rows)) { /* dgrad, glu, dglu: tall tiles */
-      printf("  (%s gemm%d: the row-tiled ops take the tall kernels)\n", what, g);
-      tall_runs++;
-    }
-    if (ops & DGRAD) {
-      run_dgrad(m, &p, (moegen_gemm_id)g, 0, what);
-      if (!quick) run_dgrad(m, &p, (moegen_gemm_id)g, 1, what);
-    }
-    if (ops & WGRAD) {
-      run_wgrad(m, &p, (moegen_gemm_id)g, 0, 0, 1, what);
-      if (!quick) {
-        run_wgrad(m, &p, (moegen_gemm_id)g, 1, 1, 1, what);
-        run_wgrad(m, &p, (moegen_gemm_id)g, 0, 0, 0, what);
+  int32_t *counts = malloc(4 * (size_t)E);
+  for (int set = 0; set < count_sets(); set++) {
+    const int max_rows = counts_of_set(set, own, E, EXTRA_ROWS, counts);
+    for (int g = 1; g <= 2; g++) {
+      moegen_gemm_bwd_shape sh;
+      if (moegen_gemm_bwd_shape_of(img, (moegen_gemm_id)g, 1, &sh) != MOEGEN_OK) {
+        printf("  FAIL %s: shape_of\n", what);
+        failures++;
+        continue;
       }
+      problem p = make_problem(E, (int)sh.w[1], (int)sh.w[2], counts, max_rows);
+      const int quick = ops & QUICK;
+      hopper_runs += !img->gemm.portable;
+      if (moegen_gemm_tall(img, p.max_rows)) { /* dgrad, glu, dglu: tall tiles */
+        printf("  (%s gemm%d: the row-tiled ops take the tall kernels)\n", what, g);
+        tall_runs++;
+      }
+      if (ops & DGRAD) {
+        run_dgrad(m, &p, (moegen_gemm_id)g, 0, what);
+        if (!quick) run_dgrad(m, &p, (moegen_gemm_id)g, 1, what);
+      }
+      if (ops & WGRAD) {
+        run_wgrad(m, &p, (moegen_gemm_id)g, 0, 0, 1, what);
+        if (!quick) {
+          run_wgrad(m, &p, (moegen_gemm_id)g, 1, 1, 1, what);
+          run_wgrad(m, &p, (moegen_gemm_id)g, 0, 0, 0, what);
+        }
+      }
+      if ((ops & GLU) && g == 1) {
+        run_glu(m, &p, 0, 1, what);
+        if (!quick) run_glu(m, &p, 1, 0, what);
+      }
+      if ((ops & GLU) && g == 2) {
+        run_dglu(m, &p, 0, 1, what);
+        if (!quick) run_dglu(m, &p, 1, 0, what);
+      }
+      free_problem(&p);
     }
-    if ((ops & GLU) && g == 1) {
-      run_glu(m, &p, 0, 1, what);
-      if (!quick) run_glu(m, &p, 1, 0, what);
-    }
-    if ((ops & GLU) && g == 2) {
-      run_dglu(m, &p, 0, 1, what);
-      if (!quick) run_dglu(m, &p, 1, 0, what);
-    }
-    free_problem(&p);
   }
+  free(counts);
   moegen_module_destroy(m);
 }
 
@@ -341,8 +347,12 @@ static void case_graph(void) {
   const int E = 4, H = 512, F = 256;
   moegen_module *m = module_of(E, H, F, 1u << MOEGEN_UNIT_GEMM | 1u << MOEGEN_UNIT_GEMM_TRAIN);
   if (!m) return;
-  const int32_t a[4] = {0, 1, 127, 300}, b[4] = {300, 127, 0, 1}, c[4] = {128, 0, 64, 200};
-  const int max_rows = 428 + EXTRA_ROWS;
+  const int32_t own_a[4] = {0, 1, 127, 300}, own_b[4] = {300, 127, 0, 1}, own_c[4] = {128, 0, 64, 200};
+  int32_t a[4], b[4], c[4]; /* small-shape mode: three spreads of the listed count nearest 428 */
+  const int own_rows = 428, rows = gpu_token(own_rows);
+  const int max_rows = (rows > own_rows ? rows : own_rows) + EXTRA_ROWS;
+  if (gpu_small()) spread_rows(rows, E, a), spread_rows(rows, E, b), spread_rows(rows, E, c);
+  else memcpy(a, own_a, sizeof a), memcpy(b, own_b, sizeof b), memcpy(c, own_c, sizeof c);
   problem p1 = make_problem(E, 2 * F, H, a, max_rows), p2 = make_problem(E, H, F, a, max_rows);
   size_t xs = (size_t)max_rows * H, ws = (size_t)E * H * F, bs = (size_t)E * H;
   void *dx = gpu_alloc(2 * xs), *dw = gpu_alloc(4 * ws);
@@ -519,10 +529,11 @@ int main(void) {
   case_counts("E=8 more tiles than SMs", 8, 1024, 1024, c8, ALL | QUICK);
   /* The models' H and F with a few experts and rows. */
   const int32_t cd[2] = {3, 70}, cq[4] = {0, 9, 64, 1}, cm[2] = {5, 33}, cg[3] = {5, 0, 70};
-  case_counts("deepseek-v3 H, F (E=2)", 2, 7168, 2048, cd, ALL | QUICK);
+  if (!gpu_skip_heavy("deepseek-v3 H, F (E=2)"))
+    case_counts("deepseek-v3 H, F (E=2)", 2, 7168, 2048, cd, ALL | QUICK);
   case_counts("qwen3-30b H, F (E=4)", 4, 2048, 768, cq, ALL | QUICK);
-  case_counts("mixtral H, F (E=2)", 2, 4096, 14336, cm, ALL | QUICK);
-  case_counts("gpt-oss H, F (E=3)", 3, 2880, 2880, cg, ALL | QUICK);
+  if (!gpu_skip_heavy("mixtral H, F (E=2)")) case_counts("mixtral H, F (E=2)", 2, 4096, 14336, cm, ALL | QUICK);
+  if (!gpu_skip_heavy("gpt-oss H, F (E=3)")) case_counts("gpt-oss H, F (E=3)", 3, 2880, 2880, cg, ALL | QUICK);
   case_graph();
   case_args();
   if (hopper_runs && !tall_runs) {

@@ -13,79 +13,26 @@
 #include "dtypes.h"
 #include "gpu.h"
 #include "layer_ref.h"
+#include "layer_test.h"
 #include "moegen/moegen.h"
-
-#define ALL_UNITS                                                                     \
-  (1u << MOEGEN_UNIT_ROUTER | 1u << MOEGEN_UNIT_ROUTER_TRAIN | 1u << MOEGEN_UNIT_PERMUTE | \
-   1u << MOEGEN_UNIT_GEMM | 1u << MOEGEN_UNIT_GEMM_TRAIN)
-
-typedef struct model {
-  const char *name;
-  int E, K, groups, group_topk, bias;
-  moegen_score score;
-  int pre;
-  double scaling;
-} model;
-
-static const model models[] = {
-    {"deepseek-v3", 256, 8, 8, 4, 1, MOEGEN_SCORE_SIGMOID, 0, 2.5},
-    {"qwen3-30b-a3b", 128, 8, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1, 1.0},
-    {"mixtral-8x7b", 8, 2, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 0, 1.0},
-    {"gpt-oss-120b", 128, 4, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 0, 1.0},
-};
 
 enum { H = 264, F = 136 }; /* multiples of 8, not of any tile */
 
-static moegen_config config_of(const model *md) {
-  moegen_config c;
-  moegen_config_defaults(&c);
-  snprintf(c.name, sizeof c.name, "layertest");
-  c.experts = md->E;
-  c.topk = md->K;
-  c.hidden = H;
-  c.ffn = F;
-  c.score = md->score;
-  c.pre_softmax = md->pre;
-  c.groups = md->groups;
-  c.group_topk = md->group_topk;
-  c.expert_bias = md->bias;
-  c.scaling = md->scaling;
-  c.logits_dtype = MOEGEN_DTYPE_BF16;
-  return c;
-}
+static const layer_model models[] = {
+    {"deepseek-v3", 256, 8, H, F, 8, 4, 1, 0, MOEGEN_SCORE_SIGMOID, 2.5},
+    {"qwen3-30b-a3b", 128, 8, H, F, 0, 0, 0, 1, MOEGEN_SCORE_SOFTMAX, 1.0},
+    {"mixtral-8x7b", 8, 2, H, F, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0},
+    {"gpt-oss-120b", 128, 4, H, F, 0, 0, 0, 0, MOEGEN_SCORE_SOFTMAX, 1.0},
+};
 
-/* n bf16 values scale * normal into host h (as floats) and device d. */
-static void fill_bf16(float *h, void *d, size_t n, float scale) {
-  uint16_t *b = malloc(2 * n + 2);
-  for (size_t i = 0; i < n; i++) {
-    b[i] = f32_to_bf16(scale * rng_normal());
-    h[i] = bf16_to_f32(b[i]);
-  }
-  gpu_put(d, b, 2 * n);
-  free(b);
-}
+static moegen_config config_of(const layer_model *md) { return layer_config(md, "layertest"); }
 
 /* Compares n device values (bf16, or fp32 if f32) with ref; 0 if they differ. */
 static int compare(const char *what, const void *dev, int f32, const float *ref, size_t n) {
   void *h = malloc((f32 ? 4 : 2) * n + 4);
   gpu_get(h, dev, (f32 ? 4 : 2) * n);
-  double d2 = 0, r2 = 0, dmax = 0, rmax = 0;
-  size_t nan = 0;
-  for (size_t i = 0; i < n; i++) {
-    float g = f32 ? ((float *)h)[i] : bf16_to_f32(((uint16_t *)h)[i]);
-    if (isnan(g)) nan++;
-    double d = fabs((double)g - ref[i]);
-    d2 += d * d;
-    r2 += (double)ref[i] * ref[i];
-    dmax = fmax(dmax, d);
-    rmax = fmax(rmax, fabs(ref[i]));
-  }
+  int ok = layer_compare(what, h, f32, ref, n);
   free(h);
-  double frob = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-  double rel = rmax > 0 ? dmax / rmax : dmax;
-  int ok = !nan && frob < 1e-2 && rel < 2e-2;
-  if (!ok)
-    printf("  FAIL %s: frob %.3e max|d|/max|ref| %.3e (%zu NaN of %zu)\n", what, frob, rel, nan, n);
   return ok;
 }
 
@@ -106,7 +53,7 @@ static void new_inputs(problem *p) {
   fill_bf16(p->dy, p->ddy, (size_t)T * H, 1.0f);
 }
 
-static problem make_problem(moegen_module *m, const model *md, int T) {
+static problem make_problem(moegen_module *m, const layer_model *md, int T) {
   problem p = {.c = config_of(md), .T = T};
   const int E = md->E;
   moegen_layer_shape_of(moegen_module_image(m), T, &p.sh);
@@ -203,7 +150,7 @@ static int run(moegen_module *m, problem *p, int accumulate, CUstream s) {
 
 /* Forward + backward at T, bf16 weight grads, then fp32 accumulate into
  * random main_grad. */
-static void case_eager(moegen_module *m, const model *md, int T) {
+static void case_eager(moegen_module *m, const layer_model *md, int T) {
   problem p = make_problem(m, md, T);
   char what[128];
   poison(&p);
@@ -228,7 +175,7 @@ static void case_eager(moegen_module *m, const model *md, int T) {
 }
 
 /* Forward + backward captured once; replayed twice with new x, logits, dy. */
-static void case_graph(moegen_module *m, const model *md, int T) {
+static void case_graph(moegen_module *m, const layer_model *md, int T) {
   problem p = make_problem(m, md, T);
   CUstream s;
   CUgraph g;
@@ -255,7 +202,7 @@ static void case_graph(moegen_module *m, const model *md, int T) {
 }
 
 /* Argument checks: T past max_tokens, short saved/workspace. */
-static void case_args(moegen_module *m, const model *md) {
+static void case_args(moegen_module *m, const layer_model *md) {
   problem p = make_problem(m, md, 4);
   moegen_layer_fwd_args fa = fwd_args(&p);
   fa.num_tokens = 5;
@@ -318,14 +265,16 @@ static void case_empty(moegen_module *m) {
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
+  static const int own_tokens[] = {1, 77};
+  int tokens[GPU_MAX_TOKENS];
+  const int nt = gpu_tokens(own_tokens, 2, tokens);
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
     moegen_config c = config_of(&models[i]);
-    moegen_module *m = test_jit(&c, ALL_UNITS, models[i].name);
+    moegen_module *m = test_jit(&c, LAYER_UNITS, models[i].name);
     if (!m) continue;
-    case_eager(m, &models[i], 1);
-    case_eager(m, &models[i], 77);
+    for (int t = 0; t < nt; t++) case_eager(m, &models[i], tokens[t]);
     if (i == 0) {
-      case_graph(m, &models[i], 45);
+      case_graph(m, &models[i], gpu_token(45));
       case_args(m, &models[i]);
       case_empty(m);
     }

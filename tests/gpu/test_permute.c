@@ -431,7 +431,7 @@ static void concurrent_case(moegen_module *m, int E, int K, int H, moegen_dtype 
   dev d[2];
   CUstream s[2];
   for (int i = 0; i < 2; i++) {
-    p[i] = make_problem(E, K, H, dt, T + 17 * i, i, i ? 16 : 1, 0, 1);
+    p[i] = make_problem(E, K, H, dt, i ? gpu_token(T + 17) : T, i, i ? 16 : 1, 0, 1);
     d[i] = alloc_dev(m, &p[i]);
     upload(&p[i], &d[i]);
     CU(gpu_drv->cuStreamCreate(&s[i], MOEGEN_CU_STREAM_NON_BLOCKING));
@@ -627,23 +627,26 @@ int main(void) {
     /* large enough to span several tiles, small enough for the host reference */
     int big = (int)(24000000 / ((long long)s->K * s->H + s->H));
     if (big > 3000) big = 3000;
+    big = gpu_token(big);
     static const int aligns[] = {1, 16, 128};
-    const int Ts[] = {0, 1, 37, big};
-    for (int ti = 0; ti < 4; ti++)
+    const int own_Ts[] = {0, 1, 37, big};
+    int Ts[GPU_MAX_TOKENS];
+    const int nT = gpu_tokens(own_Ts, 4, Ts);
+    for (int ti = 0; ti < nT; ti++)
       for (int use_map = 0; use_map < 2; use_map++) {
         int T = Ts[ti], align = aligns[(ti + use_map + (int)i) % 3];
-        run_case(m, s->E, s->K, s->H, s->dt, T, use_map, align, 0, 0, ti >= 1);
+        run_case(m, s->E, s->K, s->H, s->dt, T, use_map, align, 0, 0, T > 0);
       }
     int cap = big * s->K / s->E / 2 + 1; /* drops about half of the routes */
     run_case(m, s->E, s->K, s->H, s->dt, big, 0, 16, cap, 0, 1);
     run_case(m, s->E, s->K, s->H, s->dt, big, 1, 1, cap, 0, 0);
     run_case(m, s->E, s->K, s->H, s->dt, big, (int)i & 1, 32, 0, 1, 0);
-    run_case(m, s->E, s->K, s->H, MOEGEN_DTYPE_FP32, 37, 0, 16, 0, 0, 1);
+    run_case(m, s->E, s->K, s->H, MOEGEN_DTYPE_FP32, gpu_token(37), 0, 16, 0, 0, 1);
     sort_case(m, s->H, s->dt, big * s->K / 2 + 5, s->E);
-    sort_case(m, s->H, MOEGEN_DTYPE_FP32, 33, 1);
+    sort_case(m, s->H, MOEGEN_DTYPE_FP32, gpu_token(33), 1);
     if (i % 3 == 0) {
       concurrent_case(m, s->E, s->K, s->H, s->dt, big);
-      graph_case(m, s->E, s->K, s->H, s->dt, big / 2 + 3);
+      graph_case(m, s->E, s->K, s->H, s->dt, gpu_token(big / 2 + 3));
     }
     if (i == 0) arg_checks(m, s->E, s->K, s->H);
     empty_case(m, 1);

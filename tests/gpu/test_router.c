@@ -198,7 +198,7 @@ static void qb_case(moegen_module *m, const spec *s, int T1, int T2, int ties) {
 
 /* Capture one forward into a graph; replay it on fresh inputs twice. */
 static void graph_case(moegen_module *m, const spec *s, int T) {
-  float *x = malloc(4 * (size_t)T * s->E), *bias = malloc(4 * (size_t)s->E);
+  float *x = malloc(4 * (size_t)T * s->E + 4), *bias = malloc(4 * (size_t)s->E);
   bufs b = alloc_bufs(s, T, MOEGEN_INDEX_INT64);
   CUstream stream;
   CUgraph g;
@@ -234,14 +234,16 @@ static void graph_case(moegen_module *m, const spec *s, int T) {
  * the embedded cubin must behave as the JIT module of specs[0]. */
 #include "ds3.h"
 static const size_t num_specs = 1;
-static moegen_status module_for(const spec *s, moegen_module **m, moegen_error *err) {
-  return ds3_module_create(m);
+static moegen_module *module_for(const spec *s) {
+  moegen_module *m = NULL;
+  moegen_error err = {0};
+  return test_module(ds3_module_create(&m), &m, &err, 1u << MOEGEN_UNIT_ROUTER, s->what);
 }
 #else
 static const size_t num_specs = ROUTER_SPECS;
-static moegen_status module_for(const spec *s, moegen_module **m, moegen_error *err) {
+static moegen_module *module_for(const spec *s) {
   moegen_config c = config_of(s);
-  return moegen_jit(&c, NULL, m, err);
+  return test_jit(&c, 1u << MOEGEN_UNIT_ROUTER, s->what);
 }
 #endif
 
@@ -269,23 +271,23 @@ static void empty_case(moegen_module *m) {
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
-  static const int tokens[] = {0, 1, 33, 777, 4099};
+  static const int own_tokens[] = {0, 1, 33, 777, 4099};
+  int tokens[GPU_MAX_TOKENS];
+  const int nt = gpu_tokens(own_tokens, sizeof own_tokens / sizeof own_tokens[0], tokens);
   for (size_t i = 0; i < num_specs; i++) {
     const spec *s = &router_specs[i];
-    moegen_module *m = NULL;
-    moegen_error err = {0};
-    moegen_status st = module_for(s, &m, &err);
-    if (!test_module(st, &m, &err, 1u << MOEGEN_UNIT_ROUTER, s->what)) continue;
+    moegen_module *m = module_for(s);
+    if (!m) continue;
     int before = failures;
-    for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
+    for (int t = 0; t < nt; t++)
       for (int ties = 0; ties < 3; ties++) run_case(m, s, tokens[t], ties, 0);
-    run_case(m, s, 1000, 0, 1); /* counts only */
+    run_case(m, s, gpu_token(1000), 0, 1); /* counts only */
     empty_case(m);
     if (s->qb) {
-      qb_case(m, s, 777, 33, 0);
-      qb_case(m, s, 100, 1, 1); /* ties at the cutoff */
+      qb_case(m, s, gpu_token(777), gpu_token(33), 0);
+      qb_case(m, s, gpu_token(100), gpu_token(1), 1); /* ties at the cutoff */
     }
-    if (i == 0) graph_case(m, s, 513);
+    if (i == 0) graph_case(m, s, gpu_token(513));
     printf("%s %s\n", failures == before ? "ok  " : "FAIL", s->what);
     moegen_module_destroy(m);
   }

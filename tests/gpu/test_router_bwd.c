@@ -247,7 +247,9 @@ static void empty_case(moegen_module *m) {
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
-  static const int tokens[] = {0, 1, 33, 777};
+  static const int own_tokens[] = {0, 1, 33, 777};
+  int tokens[GPU_MAX_TOKENS];
+  const int nt = gpu_tokens(own_tokens, sizeof own_tokens / sizeof own_tokens[0], tokens);
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     const spec *s = &specs[i];
     moegen_config c = config_of(s);
@@ -255,7 +257,7 @@ int main(void) {
         test_jit(&c, 1u << MOEGEN_UNIT_ROUTER | 1u << MOEGEN_UNIT_ROUTER_TRAIN, s->what);
     if (!m) continue;
     int before = failures;
-    for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
+    for (int t = 0; t < nt; t++)
       for (int ties = 0; ties < 2; ties++) run_case(m, s, tokens[t], ties);
     if (i == 0) arg_checks(m, s);
     empty_case(m);
