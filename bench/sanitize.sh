@@ -124,10 +124,10 @@ export B OUT tokens shards warm_limit
 # shellcheck disable=SC2016 # $0 and $1 are bash -c's
 for n in "${tests[@]}"; do for ((i = 0; i < shards; i++)); do echo "$n $i"; done; done |
   xargs -P "$(nproc)" -L 1 bash -c 'warm_one "$0" "$1"'
-compiled=$(cat "$OUT"/logs/warm.*.log 2>/dev/null | grep -o '[0-9]* units compiled' | awk '{s += $1} END {print s + 0}')
+compiled=$(cat "$OUT"/logs/warm.*.log 2>/dev/null | grep -o '[0-9]* kernels compiled' | awk '{s += $1} END {print s + 0}')
 wfail=$(grep -hc '^FAIL' "$OUT"/logs/warm.*.log 2>/dev/null | awk '{s += $1} END {print s + 0}')
 wbad=$(grep -vc 'rc=0$' "$OUT/logs/warm.rc")
-say "warm: $compiled units compiled in $(secs $(($(now_ms) - t0))) s; $wfail failed, $wbad processes exited non-zero (logs/warm.*)"
+say "warm: $compiled kernels compiled in $(secs $(($(now_ms) - t0))) s; $wfail failed, $wbad processes exited non-zero (logs/warm.*)"
 grep -h '^FAIL' "$OUT"/logs/warm.*.log 2>/dev/null | head -5 | tee -a "$summary"
 
 # ---------------------------------------------------------------- 2, 3. runs

@@ -9,7 +9,8 @@
 
 #include "gpu.h"
 #include "moegen/moegen.h"
-#include "shared.h" /* moegen_current_arch */
+#include "module.h" /* moegen_kernels, moegen_has_kernel */
+#include "shared.h" /* moegen_current_arch, moegen_kernel_jobs_run */
 
 static int failures; /* the test's exit status is 1 when this is not 0 */
 
@@ -83,7 +84,8 @@ static inline const char *test_arch(void) {
   return arch;
 }
 
-/* Warm mode (gpu.h): compiles the compile units in `units` of config c,
+/* Warm mode (gpu.h): compiles the kernels of the compile units in `units`
+ * of config c (in parallel, as the module does),
  * rendered for the arch test_jit renders it for, into the JIT cache (the
  * units test_module would load; NVRTC only: without a driver moegen_jit
  * still returns the module and its image); a failed compile, or one the
@@ -119,25 +121,31 @@ static inline void test_warm(const moegen_config *c, unsigned units, const char 
   const moegen_image *img = moegen_module_image(m);
   int compiled = 0, ok = img != NULL;
   if (!img) snprintf(why, sizeof why, "moegen_jit: %s", err.msg);
-  for (int u = 0; ok && u < MOEGEN_UNIT_COUNT; u++) {
-    if (!((units & img->units) >> u & 1u)) continue;
-    unsigned char *cubin;
-    size_t size;
-    char *log;
-    moegen_cache_outcome outcome = MOEGEN_CACHE_UNSTORED;
-    moegen_status st = moegen_unit_compile(img->source, img->source_size, img->name, img->arch,
-                                           (moegen_unit)u, &cubin, &size, &log, &outcome);
-    ok = st == MOEGEN_OK && outcome != MOEGEN_CACHE_UNSTORED;
-    if (!ok)
-      snprintf(why, sizeof why, "the %s unit: %s%s%.400s", moegen_unit_name((moegen_unit)u),
-               moegen_status_string(st), log ? ": " : "", log ? log : "");
-    compiled += outcome == MOEGEN_CACHE_STORED;
-    free(cubin);
-    free(log);
+  moegen_kernel_job jobs[MOEGEN_KERNEL_COUNT];
+  size_t n = 0;
+  for (int id = MOEGEN_KERNEL_COUNT - 1; ok && id >= 0; id--) /* the module's order */
+    if ((units >> moegen_kernels[id].unit & 1u) && moegen_has_kernel(img, (moegen_kernel_id)id))
+      jobs[n++] = (moegen_kernel_job){.kernel = id, .unit = moegen_kernels[id].unit,
+                                      .kernel_name = moegen_kernels[id].name};
+  if (ok) {
+    moegen_jit_source src;
+    moegen_jit_source_init(&src, img->name, img->arch, img->source, img->source_size);
+    moegen_kernel_jobs_run(&src, jobs, n);
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (ok && (jobs[k].st != MOEGEN_OK || jobs[k].outcome == MOEGEN_CACHE_UNSTORED)) {
+      ok = 0;
+      snprintf(why, sizeof why, "%s (%s unit): %s%s%.400s", jobs[k].kernel_name,
+               moegen_unit_name(jobs[k].unit), moegen_status_string(jobs[k].st),
+               jobs[k].log ? ": " : "", jobs[k].log ? jobs[k].log : "");
+    }
+    compiled += jobs[k].st == MOEGEN_OK && jobs[k].outcome == MOEGEN_CACHE_STORED;
+    free(jobs[k].cubin);
+    free(jobs[k].log);
   }
   moegen_module_destroy(m);
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  printf("%s warm %s for %s: %d units compiled (%.1f s)%s%s\n", ok ? "ok  " : "FAIL", what, arch,
+  printf("%s warm %s for %s: %d kernels compiled (%.1f s)%s%s\n", ok ? "ok  " : "FAIL", what, arch,
          compiled, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
          ok ? "" : ": ", ok ? "" : why);
   failures += !ok;
