@@ -73,10 +73,51 @@ static int cmp_float(const void *a, const void *b) {
 static int graph_method; /* --graph */
 static char graph_error[200]; /* why the last bench_time_op returned NAN */
 
+/* What one timed call is: op on stream s, or a replay of graph on s. */
+typedef struct timed {
+  bench_op_fn op;
+  void *ctx;
+  CUgraphExec graph;
+  CUstream s;
+} timed;
+
+static void run_timed(const timed *t) {
+  if (t->graph) CU(gpu_drv->cuGraphLaunch(t->graph, t->s));
+  else t->op(t->ctx, t->s);
+}
+
+/* Median ms of one timed call: one call measures how many fit BUDGET_MS
+ * (REPS at most, MIN_REPS at least), then each is timed alone with events,
+ * the L2 flushed by a memset before it. */
+static float median_ms(const timed *t, void *flush) {
+  CUevent ev[2 * REPS];
+  for (int i = 0; i < 2 * REPS; i++) CU(gpu_drv->cuEventCreate(&ev[i], 0));
+  CU(gpu_drv->cuEventRecord(ev[0], t->s));
+  run_timed(t);
+  CU(gpu_drv->cuEventRecord(ev[1], t->s));
+  CU(gpu_drv->cuEventSynchronize(ev[1]));
+  float one;
+  CU(gpu_drv->cuEventElapsedTime(&one, ev[0], ev[1]));
+  int reps = one * REPS <= BUDGET_MS ? REPS : (int)(BUDGET_MS / one);
+  if (reps < MIN_REPS) reps = MIN_REPS;
+  for (int i = 0; i < reps; i++) {
+    CU(gpu_drv->cuMemsetD8Async((CUdeviceptr)(uintptr_t)flush, (unsigned char)i, BENCH_FLUSH_BYTES,
+                                t->s));
+    CU(gpu_drv->cuEventRecord(ev[2 * i], t->s));
+    run_timed(t);
+    CU(gpu_drv->cuEventRecord(ev[2 * i + 1], t->s));
+  }
+  CU(gpu_drv->cuCtxSynchronize());
+  float ms[REPS];
+  for (int i = 0; i < reps; i++) CU(gpu_drv->cuEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (int i = 0; i < 2 * REPS; i++) gpu_drv->cuEventDestroy(ev[i]);
+  qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+  return ms[reps / 2];
+}
+
 /* Per call ms of GRAPH_CALLS back-to-back calls of op captured in one CUDA
- * graph (peers.py's graph method: the L2 flushed before each replay, the
- * median replay / GRAPH_CALLS); NAN with graph_error set if op fails or
- * cannot be captured. */
+ * graph (peers.py's graph method: median replay / GRAPH_CALLS); NAN with
+ * graph_error set if op fails or cannot be captured. */
 static float time_graph(bench_op_fn op, void *ctx, void *flush) {
   CUstream s;
   CU(gpu_drv->cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */));
@@ -97,29 +138,7 @@ static float time_graph(bench_op_fn op, void *ctx, void *flush) {
     snprintf(graph_error, sizeof graph_error, "not capturable: %s",
              st != MOEGEN_OK ? moegen_status_string(st) : why);
   } else {
-    CUevent ev[2 * REPS];
-    for (int i = 0; i < 2 * REPS; i++) CU(gpu_drv->cuEventCreate(&ev[i], 0));
-    CU(gpu_drv->cuEventRecord(ev[0], s));
-    CU(gpu_drv->cuGraphLaunch(e, s)); /* warm, and the budget's measure */
-    CU(gpu_drv->cuEventRecord(ev[1], s));
-    CU(gpu_drv->cuEventSynchronize(ev[1]));
-    float one;
-    CU(gpu_drv->cuEventElapsedTime(&one, ev[0], ev[1]));
-    int reps = one * REPS <= BUDGET_MS ? REPS : (int)(BUDGET_MS / one);
-    if (reps < MIN_REPS) reps = MIN_REPS;
-    for (int i = 0; i < reps; i++) {
-      CU(gpu_drv->cuMemsetD8Async((CUdeviceptr)(uintptr_t)flush, (unsigned char)i,
-                                  BENCH_FLUSH_BYTES, s));
-      CU(gpu_drv->cuEventRecord(ev[2 * i], s));
-      CU(gpu_drv->cuGraphLaunch(e, s));
-      CU(gpu_drv->cuEventRecord(ev[2 * i + 1], s));
-    }
-    CU(gpu_drv->cuStreamSynchronize(s));
-    float ms[REPS];
-    for (int i = 0; i < reps; i++) CU(gpu_drv->cuEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-    for (int i = 0; i < 2 * REPS; i++) gpu_drv->cuEventDestroy(ev[i]);
-    qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
-    result = ms[reps / 2] / GRAPH_CALLS;
+    result = median_ms(&(timed){NULL, NULL, e, s}, flush) / GRAPH_CALLS;
   }
   if (e) gpu_drv->cuGraphExecDestroy(e);
   if (g) gpu_drv->cuGraphDestroy(g);
@@ -130,31 +149,8 @@ static float time_graph(bench_op_fn op, void *ctx, void *flush) {
 
 float bench_time_op(bench_op_fn op, void *ctx, void *flush) {
   if (graph_method) return time_graph(op, ctx, flush);
-  CUevent ev[2 * REPS];
-  for (int i = 0; i < 2 * REPS; i++) CU(gpu_drv->cuEventCreate(&ev[i], 0));
-  for (int i = 0; i < WARMUP; i++) { /* the last one timed: how many calls fit BUDGET_MS */
-    if (i == WARMUP - 1) CU(gpu_drv->cuEventRecord(ev[0], NULL));
-    op(ctx, NULL);
-  }
-  CU(gpu_drv->cuEventRecord(ev[1], NULL));
-  CU(gpu_drv->cuEventSynchronize(ev[1]));
-  float one;
-  CU(gpu_drv->cuEventElapsedTime(&one, ev[0], ev[1]));
-  int reps = one * REPS <= BUDGET_MS ? REPS : (int)(BUDGET_MS / one);
-  if (reps < MIN_REPS) reps = MIN_REPS;
-  for (int i = 0; i < reps; i++) {
-    CU(gpu_drv->cuMemsetD8Async((CUdeviceptr)(uintptr_t)flush, (unsigned char)i, BENCH_FLUSH_BYTES,
-                                NULL));
-    CU(gpu_drv->cuEventRecord(ev[2 * i], NULL));
-    op(ctx, NULL);
-    CU(gpu_drv->cuEventRecord(ev[2 * i + 1], NULL));
-  }
-  CU(gpu_drv->cuCtxSynchronize());
-  float ms[REPS];
-  for (int i = 0; i < reps; i++) CU(gpu_drv->cuEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-  for (int i = 0; i < 2 * REPS; i++) gpu_drv->cuEventDestroy(ev[i]);
-  qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
-  return ms[reps / 2];
+  for (int i = 0; i < WARMUP - 1; i++) op(ctx, NULL); /* the last warm-up is median_ms's measure */
+  return median_ms(&(timed){op, ctx, NULL, NULL}, flush);
 }
 
 moegen_config bench_config_of(const bench_model *md) { return layer_config(md, md->name); }
