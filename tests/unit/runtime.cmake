@@ -14,3 +14,6 @@ moegen_add_test(test_runtime_nodriver_default SOURCES unit/test_runtime_nodriver
   LABELS unit ARGS default)
 # moegen_jit_warm: the JIT cache filled without a GPU, then all hits; its errors.
 moegen_add_test(test_jit_warm SOURCES unit/test_jit_warm.c LABELS unit)
+# Expert parallelism's bookkeeping (runtime/ep_plan.h) in a CPU simulation of
+# 2, 4 and 8 ranks against the one-rank pipeline and the layer reference.
+moegen_add_test(test_ep_sim SOURCES unit/test_ep_sim.c LABELS unit)
