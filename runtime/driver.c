@@ -4,7 +4,7 @@
  * one declared in driver.h, so the ABI cannot drift with the driver's
  * version (cuda.h #defines and cudaTypedefs.h PFN_ suffixes, CUDA 13.0):
  *   3020  _v2 memory calls (64-bit CUdeviceptr): cuMemAlloc, cuMemFree,
- *         cuMemcpyHtoD/DtoH, cuMemsetD8, cuMemsetD8Async, cuMemsetD32Async
+ *         cuMemcpyHtoD/DtoH, cuMemcpyHtoDAsync, cuMemsetD8, cuMemsetD8Async, cuMemsetD32Async
  *   2000  cuCtxGetDevice, cuCtxSynchronize: CUDA 13 added _v2 forms taking a
  *         CUcontext; the one-argument originals are what driver.h declares
  *   4000  cuStreamDestroy_v2, cuEventDestroy_v2 (same prototypes)
@@ -62,6 +62,7 @@ static const entry entries[] = {
     ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050), ENTRY(cuLaunchKernel, 4000),
     ENTRY(cuMemAlloc, 3020),           ENTRY(cuMemFree, 3020),
     ENTRY(cuMemcpyHtoD, 3020),         ENTRY(cuMemcpyDtoH, 3020),
+    ENTRY(cuMemcpyHtoDAsync, 3020),
     ENTRY(cuMemsetD8, 3020),           ENTRY(cuMemsetD8Async, 3020),
     ENTRY(cuMemsetD32Async, 3020),     ENTRY(cuStreamCreate, 2000),
     ENTRY(cuStreamDestroy, 4000),      ENTRY(cuStreamSynchronize, 2000),

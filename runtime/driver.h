@@ -83,6 +83,7 @@ typedef struct moegen_driver {
   CUresult (*cuMemFree)(CUdeviceptr p);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void *src, size_t bytes);
   CUresult (*cuMemcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
   CUresult (*cuMemsetD8)(CUdeviceptr p, unsigned char v, size_t n);
   CUresult (*cuMemsetD8Async)(CUdeviceptr p, unsigned char v, size_t n, CUstream s);
   CUresult (*cuMemsetD32Async)(CUdeviceptr p, unsigned v, size_t n, CUstream s);

@@ -50,16 +50,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moegen/types.h" /* moegen_ep_mode */
+
 #ifdef __CUDACC__
 #define MOEGEN_EP_FN static inline __host__ __device__
 #else
 #define MOEGEN_EP_FN static inline
 #endif
-
-typedef enum moegen_ep_mode {
-  MOEGEN_EP_EXACT = 0,   /* variable sizes: counts exchanged, then sized sends */
-  MOEGEN_EP_CAPACITY = 1 /* fixed pair_rows per rank pair, drops at the source's permute */
-} moegen_ep_mode;
 
 /* Rank owning global expert e (El local experts per rank). */
 MOEGEN_EP_FN int moegen_ep_owner(int e, int El) { return e / El; }

@@ -708,6 +708,112 @@ typedef struct moegen_sort_chunks_args {
 moegen_status moegen_sort_chunks(moegen_module *m, const moegen_sort_chunks_args *args,
                                  CUstream stream);
 
+/* ---------------------------------------------------------------- expert parallelism (NCCL) */
+
+/* Expert parallelism (EP) over an NCCL communicator the caller creates:
+ * E experts split evenly over its `ranks` ranks (E % ranks == 0), rank r
+ * owning experts [r*El, (r+1)*El), El = E / ranks. Each rank permutes its
+ * own tokens over all E experts (moegen_permute_fwd, align 1); dispatch
+ * sends each rank the rows of its experts and regroups what arrives by
+ * local expert (the local grouped GEMMs' layout); combine sends the
+ * results back into the permuted rows they left from, where
+ * moegen_unpermute_fwd sums them. Backward: the dy rows take the dispatch
+ * way, the dx rows the combine way (the same two ops). The bookkeeping
+ * (who sends what where, capacity slots) is runtime/ep_plan.h's.
+ *
+ * moegen links no NCCL: libnccl.so.2 ($MOEGEN_LIBNCCL overrides the name)
+ * is dlopened at the first EP call; without it every EP op returns
+ * MOEGEN_ERR_NOT_SUPPORTED naming the library. No MPI: the communicator
+ * (nccl.h's ncclComm_t is `struct ncclComm *`) is the caller's, made on the
+ * device current on the calling thread; rank and ranks must be its own.
+ *
+ * Modes (moegen_ep_mode, moegen/types.h):
+ *  - MOEGEN_EP_EXACT: the per-(rank, expert) row counts go to every rank by
+ *    ncclSend/ncclRecv on the device, then dispatch SYNCHRONIZES `stream`
+ *    once and copies them to the host ([E+1] + [ranks, El+1] int32: NCCL
+ *    takes host sizes), then one ncclGroupStart/End of a send and a receive
+ *    per peer. Not capturable in a CUDA graph (the host sync).
+ *  - MOEGEN_EP_CAPACITY: fixed El * capacity rows per rank pair, the
+ *    routes beyond `capacity` per (source rank, expert) dropped by the
+ *    source's moegen_permute_fwd (its capacity rule: earliest tokens kept,
+ *    counted in num_dropped). NOT_SUPPORTED in this version: its send
+ *    slices start at device-computed offsets, which needs a layout kernel
+ *    the generator does not emit yet (the CPU simulation test_ep_sim checks
+ *    its bookkeeping).
+ * Streams: every op runs on the one `stream` given (NCCL's kernels
+ * included); a caller overlapping other work orders it with its own
+ * events around the call. */
+struct ncclComm;
+
+/* MOEGEN_OK if libnccl.so.2 loads with every entry point EP needs, else
+ * MOEGEN_ERR_NOT_SUPPORTED with the reason (naming the library) in
+ * why[why_size]. Needs no GPU. */
+moegen_status moegen_ep_available(char *why, size_t why_size);
+
+/* Shapes of one rank's dispatch / combine for up to max_tokens tokens on
+ * every rank (dtype bf16 or fp16 rows of H = the module's hidden size).
+ * Pure: touches no GPU, needs no NCCL. INVALID_ARGUMENT if ranks < 1,
+ * E % ranks != 0, max_tokens < 0, or ranks * (El + 1) chunks exceed
+ * moegen_permute_plan.max_chunks. */
+typedef struct moegen_ep_shape {
+  int local_experts;         /* El = E / ranks */
+  int64_t recv_rows[2];      /* [N, H]   bound of the rows a rank receives: ranks *
+                              * max_tokens * K (EXACT) */
+  int64_t recv_offsets[2];   /* [ranks, El + 1] int32: each source's offsets of my experts */
+  int64_t local_offsets[1];  /* [El + 1] int32: GEMM offsets of the regrouped rows */
+  int64_t host_sizes[1];     /* [3 * ranks + 1] int64 HOST: the exchange's sizes, dispatch
+                              * -> combine */
+  size_t state_bytes;        /* device state dispatch -> combine (chunk tables, staging) */
+} moegen_ep_shape;
+
+moegen_status moegen_ep_shape_of(const moegen_image *image, int ranks, int64_t max_tokens,
+                                 moegen_ep_mode mode, moegen_ep_shape *shape);
+
+/* What dispatch and combine share (device pointers unless marked HOST). */
+typedef struct moegen_ep_args {
+  struct ncclComm *comm;       /* the caller's communicator (ncclComm_t) */
+  int rank, ranks;             /* this rank and the communicator's size */
+  moegen_ep_mode mode;         /* MOEGEN_EP_EXACT (CAPACITY: NOT_SUPPORTED, see above) */
+  int64_t max_tokens;          /* the bound the shape was taken for */
+  moegen_dtype dtype;          /* of every row buffer: bf16 or fp16 */
+  int64_t num_rows;            /* rows of this rank's permuted buffer (permute_shape.rows[0]) */
+  const int32_t *offsets;      /* in  [E + 1] this rank's moegen_permute_fwd offsets */
+  /* dispatch */
+  const void *rows;            /* in  [num_rows, H] this rank's permuted rows */
+  const float *probs;          /* in  [num_rows] fp32 their route weights, or NULL */
+  void *recv_rows;             /* out [N, H] received rows grouped by local expert */
+  float *recv_probs;           /* out [N] fp32 (NULL iff probs is NULL) */
+  int32_t *recv_offsets;       /* out [ranks, El + 1] */
+  int32_t *local_offsets;      /* out [El + 1]: feeds moegen_gemm_*_args.offsets */
+  /* combine */
+  const void *results;         /* in  [N, H] rows grouped by local expert (the GEMM output) */
+  void *home_rows;             /* out [num_rows, H] each route's result at its permuted row;
+                                * rows of no route are left as they are */
+  /* both */
+  int64_t *host_sizes;         /* HOST [3 * ranks + 1]: written by dispatch, read by combine;
+                                * host_sizes[3 * ranks] = N */
+  void *state;                 /* state_bytes, 256-byte aligned: written by dispatch, read
+                                * and clobbered (staging) by combine */
+  size_t state_bytes;
+} moegen_ep_args;
+
+/* Dispatch: this rank's permuted rows (and probs) to the ranks owning their
+ * experts; the rows received, regrouped by local expert (source rank order
+ * inside an expert), with local_offsets. Buffer contract: reads rows,
+ * probs, offsets; writes recv_rows (first N rows), recv_probs,
+ * recv_offsets, local_offsets, host_sizes, state. EXACT: NCCL sends and
+ * receives, one stream sync and two small device-to-host copies (see
+ * above), two host-to-device copies of the chunk tables, one chunk sort.
+ * Every rank of the communicator must call it with the same mode. */
+moegen_status moegen_ep_dispatch(moegen_module *m, const moegen_ep_args *args, CUstream stream);
+
+/* Combine: the results of the rows this rank received back to their home
+ * ranks, each into home_rows at the row it left from (dispatch's state and
+ * host_sizes give the layout). Buffer contract: reads results, state,
+ * host_sizes; writes the routes' rows of home_rows; clobbers state's
+ * staging. One chunk sort (backward) and one NCCL group; no host sync. */
+moegen_status moegen_ep_combine(moegen_module *m, const moegen_ep_args *args, CUstream stream);
+
 /* ---------------------------------------------------------------- the MoE layer */
 
 /* Shapes of the layer ops for up to max_tokens tokens (all bf16 but the

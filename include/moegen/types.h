@@ -65,6 +65,12 @@ typedef enum moegen_count_dtype { MOEGEN_COUNT_DTYPES(MOEGEN_COUNT_ENUM_) } moeg
 enum { MOEGEN_LIMITS(MOEGEN_LIMIT_ENUM_) };
 #undef MOEGEN_LIMIT_ENUM_
 
+/* How expert parallelism sizes its exchanges (moegen_ep_dispatch, runtime/ep_plan.h). */
+typedef enum moegen_ep_mode {
+  MOEGEN_EP_EXACT = 0,   /* variable sizes: the counts exchanged, one host sync, sized sends */
+  MOEGEN_EP_CAPACITY = 1 /* fixed rows per rank pair, drops at the source's permute, no sync */
+} moegen_ep_mode;
+
 /* Bytes of one element of dtype d; 0 if d is no moegen_dtype. */
 static inline int moegen_dtype_size(int d) {
 #define MOEGEN_DTYPE_SIZE_(e, name, value, bytes) if (d == value) return bytes;

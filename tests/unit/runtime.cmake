@@ -17,3 +17,10 @@ moegen_add_test(test_jit_warm SOURCES unit/test_jit_warm.c LABELS unit)
 # Expert parallelism's bookkeeping (runtime/ep_plan.h) in a CPU simulation of
 # 2, 4 and 8 ranks against the one-rank pipeline and the layer reference.
 moegen_add_test(test_ep_sim SOURCES unit/test_ep_sim.c LABELS unit)
+# Expert parallelism without libnccl.so.2 (and without a driver): NOT_SUPPORTED naming it.
+moegen_add_test(test_ep_nonccl SOURCES unit/test_ep_nonccl.c LABELS unit ARGS missing
+  ENV MOEGEN_LIBNCCL=/nonexistent/libnccl.so.2 MOEGEN_LIBCUDA=/nonexistent/libcuda.so.1)
+# The real lookup: NOT_SUPPORTED naming libnccl.so.2 where it is absent, else loaded.
+add_test(NAME test_ep_nonccl_default COMMAND test_ep_nonccl default)
+set_tests_properties(test_ep_nonccl_default PROPERTIES LABELS unit
+  ENVIRONMENT "MOEGEN_LIBCUDA=/nonexistent/libcuda.so.1")
