@@ -146,22 +146,57 @@ static moegen_status exchange(moegen_module *m, const moegen_nccl *n, const moeg
   return e ? nccl_fail(m, n, e, what, "ncclGroupEnd") : MOEGEN_OK;
 }
 
+/* Dispatch's data: the rows (and probs) by one NCCL group each, then the
+ * regrouping by local expert (the chunk tables in state). */
+static moegen_status move_rows(moegen_module *m, const moegen_nccl *n, const moegen_ep_args *a,
+                               const ep_layout *L, const int64_t *sfirst, const int64_t *srows,
+                               const int64_t *recv_first, const int64_t *rrows, CUstream stream) {
+  moegen_status st = exchange(m, n, a, "ep_dispatch (rows)", (size_t)L->H * 2, a->rows, sfirst,
+                              srows, AT(a->state, L->rows), recv_first, rrows, stream);
+  if (st == MOEGEN_OK && a->probs)
+    st = exchange(m, n, a, "ep_dispatch (probs)", 4, a->probs, sfirst, srows,
+                  AT(a->state, L->probs), recv_first, rrows, stream);
+  if (st != MOEGEN_OK) return st;
+  moegen_sort_chunks_args sa = {.num_rows = recv_first[a->ranks],
+                                .dtype = a->dtype,
+                                .num_chunks = L->S,
+                                .split_sizes = AT(a->state, L->split),
+                                .sorted_index = AT(a->state, L->sorted),
+                                .in = AT(a->state, L->rows),
+                                .out = a->recv_rows,
+                                .probs = a->probs ? AT(a->state, L->probs) : NULL,
+                                .out_probs = a->recv_probs};
+  return moegen_sort_chunks(m, &sa, stream);
+}
+
 moegen_status moegen_ep_dispatch(moegen_module *m, const moegen_ep_args *a, CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_nccl *n;
   ep_layout L;
   moegen_status st = check_ep(m, "ep_dispatch", a, &n, &L);
   if (st != MOEGEN_OK) return st;
-  if (!a->offsets || !a->recv_offsets || !a->local_offsets || !a->recv_rows ||
-      (a->num_rows > 0 && !a->rows) || (!a->probs != !a->recv_probs))
+  if ((!a->reuse && (!a->offsets || !a->recv_offsets || !a->local_offsets)) ||
+      (L.N > 0 && !a->recv_rows) || (a->num_rows > 0 && !a->rows) ||
+      (L.N > 0 && !a->probs != !a->recv_probs))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "ep_dispatch: offsets, recv_offsets, local_offsets, recv_rows (and "
-                              "rows unless num_rows = 0) are required; recv_probs iff probs");
+                              "ep_dispatch: offsets, recv_offsets, local_offsets (unless reuse), "
+                              "recv_rows (unless the receive bound is 0) and rows (unless "
+                              "num_rows = 0) are required; recv_probs iff probs");
   const int R = a->ranks, El = L.El, E = R * El;
   const moegen_driver *d = moegen_module_driver(m);
+  int64_t *sfirst = a->host_sizes, *srows = sfirst + R, *recv_first = srows + R, rrows[R];
+  if (a->reuse) {
+    for (int p = 0; p < R; p++) rrows[p] = recv_first[p + 1] - recv_first[p];
+    if (recv_first[R] < 0 || recv_first[R] > L.N)
+      return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                                "ep_dispatch: reuse = 1 but host_sizes says %lld rows (bound "
+                                "%lld): pass the earlier dispatch's", (long long)recv_first[R],
+                                (long long)L.N);
+    return move_rows(m, n, a, &L, sfirst, srows, recv_first, rrows, stream);
+  }
   /* 1. The counts: each peer gets my offsets of its experts (El + 1 int32).
    * Host tables are sized by this call's E and R (variable-length arrays). */
-  int64_t cfirst[R], crows[R], rfirst[R], rrows[R];
+  int64_t cfirst[R], crows[R], rfirst[R];
   for (int p = 0; p < R; p++) {
     cfirst[p] = (int64_t)p * El;
     rfirst[p] = (int64_t)p * (El + 1);
@@ -180,7 +215,6 @@ moegen_status moegen_ep_dispatch(moegen_module *m, const moegen_ep_args *a, CUst
   for (int s = 0; s < R; s++)
     for (int j = 0; j < El; j++)
       counts[s * El + j] = moegen_ep_chunk_size(roffs + s * (El + 1), j);
-  int64_t *sfirst = a->host_sizes, *srows = sfirst + R, *recv_first = srows + R;
   moegen_ep_recv_layout(MOEGEN_EP_EXACT, R, El, 0, counts, split, sorted, recv_first, loffs);
   for (int p = 0; p < R; p++) {
     sfirst[p] = moegen_ep_send_first(offs, El, p);
@@ -203,26 +237,8 @@ moegen_status moegen_ep_dispatch(moegen_module *m, const moegen_ep_args *a, CUst
     r = d->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)a->local_offsets, loffs, 4 * (size_t)(El + 1),
                              stream);
   if (r) return moegen_module_cuda_fail(m, r, "ep_dispatch: cuMemcpyHtoDAsync(chunk tables)");
-  /* 4. The rows (and probs), then the regrouping by local expert. */
-  const size_t row_bytes = (size_t)L.H * 2;
-  st = exchange(m, n, a, "ep_dispatch (rows)", row_bytes, a->rows, sfirst, srows,
-                AT(a->state, L.rows), recv_first, rrows, stream);
-  if (st == MOEGEN_OK && a->probs)
-    st = exchange(m, n, a, "ep_dispatch (probs)", 4, a->probs, sfirst, srows,
-                  AT(a->state, L.probs), recv_first, rrows, stream);
-  if (st != MOEGEN_OK) return st;
-  moegen_sort_chunks_args sa = {.num_rows = N,
-                                .dtype = a->dtype,
-                                .num_chunks = L.S,
-                                .split_sizes = AT(a->state, L.split),
-                                .sorted_index = AT(a->state, L.sorted),
-                                .in = AT(a->state, L.rows),
-                                .out = a->recv_rows,
-                                .probs = a->probs ? AT(a->state, L.probs) : NULL,
-                                .out_probs = a->recv_probs};
-  return moegen_sort_chunks(m, &sa, stream);
+  return move_rows(m, n, a, &L, sfirst, srows, recv_first, rrows, stream);
 }
-
 moegen_status moegen_ep_combine(moegen_module *m, const moegen_ep_args *a, CUstream stream) {
   if (!m || !a) return MOEGEN_ERR_INVALID_ARGUMENT;
   const moegen_nccl *n;
@@ -237,6 +253,9 @@ moegen_status moegen_ep_combine(moegen_module *m, const moegen_ep_args *a, CUstr
                               "ep_combine: host_sizes says %lld rows (bound %lld): pass "
                               "ep_dispatch's; results and home_rows are required", (long long)N,
                               (long long)L.N);
+  if (!a->results_probs != !a->home_probs)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "ep_combine: home_probs iff results_probs");
   moegen_sort_chunks_args sa = {.num_rows = N,
                                 .dtype = a->dtype,
                                 .num_chunks = L.S,
@@ -244,11 +263,17 @@ moegen_status moegen_ep_combine(moegen_module *m, const moegen_ep_args *a, CUstr
                                 .sorted_index = AT(a->state, L.sorted),
                                 .in = a->results,
                                 .out = AT(a->state, L.rows),
+                                .probs = a->results_probs,
+                                .out_probs = a->results_probs ? AT(a->state, L.probs) : NULL,
                                 .backward = 1};
   st = moegen_sort_chunks(m, &sa, stream);
   if (st != MOEGEN_OK) return st;
   int64_t back[R]; /* rows of slot p, returned to rank p */
   for (int p = 0; p < R; p++) back[p] = recv_first[p + 1] - recv_first[p];
-  return exchange(m, n, a, "ep_combine", (size_t)L.H * 2, AT(a->state, L.rows), recv_first, back,
-                  a->home_rows, sfirst, srows, stream);
+  st = exchange(m, n, a, "ep_combine (rows)", (size_t)L.H * 2, AT(a->state, L.rows), recv_first,
+                back, a->home_rows, sfirst, srows, stream);
+  if (st == MOEGEN_OK && a->results_probs)
+    st = exchange(m, n, a, "ep_combine (probs)", 4, AT(a->state, L.probs), recv_first, back,
+                  a->home_probs, sfirst, srows, stream);
+  return st;
 }

@@ -785,10 +785,17 @@ typedef struct moegen_ep_args {
   float *recv_probs;           /* out [N] fp32 (NULL iff probs is NULL) */
   int32_t *recv_offsets;       /* out [ranks, El + 1] */
   int32_t *local_offsets;      /* out [El + 1]: feeds moegen_gemm_*_args.offsets */
+  int reuse;                   /* dispatch: 1 = the routing of the last dispatch that wrote
+                                * host_sizes and state (the backward's dy rows): no counts
+                                * exchange, no host sync (graph-capturable); recv_offsets and
+                                * local_offsets are not written */
   /* combine */
   const void *results;         /* in  [N, H] rows grouped by local expert (the GEMM output) */
+  const float *results_probs;  /* in  [N] fp32 grouped as results (the backward's route-weight
+                                * grads), or NULL */
   void *home_rows;             /* out [num_rows, H] each route's result at its permuted row;
                                 * rows of no route are left as they are */
+  float *home_probs;           /* out [num_rows] fp32 likewise (NULL iff results_probs is) */
   /* both */
   int64_t *host_sizes;         /* HOST [3 * ranks + 1]: written by dispatch, read by combine;
                                 * host_sizes[3 * ranks] = N */
@@ -803,15 +810,18 @@ typedef struct moegen_ep_args {
  * probs, offsets; writes recv_rows (first N rows), recv_probs,
  * recv_offsets, local_offsets, host_sizes, state. EXACT: NCCL sends and
  * receives, one stream sync and two small device-to-host copies (see
- * above), two host-to-device copies of the chunk tables, one chunk sort.
- * Every rank of the communicator must call it with the same mode. */
+ * above), three small host-to-device copies (the chunk tables,
+ * local_offsets), one chunk sort; with reuse = 1 only the rows' NCCL group
+ * and the chunk sort (no sync). Every rank of the communicator must call
+ * it with the same mode and reuse. */
 moegen_status moegen_ep_dispatch(moegen_module *m, const moegen_ep_args *args, CUstream stream);
 
 /* Combine: the results of the rows this rank received back to their home
- * ranks, each into home_rows at the row it left from (dispatch's state and
- * host_sizes give the layout). Buffer contract: reads results, state,
- * host_sizes; writes the routes' rows of home_rows; clobbers state's
- * staging. One chunk sort (backward) and one NCCL group; no host sync. */
+ * ranks, each into home_rows (and home_probs) at the row it left from
+ * (dispatch's state and host_sizes give the layout). Buffer contract: reads
+ * results, results_probs, state, host_sizes; writes the routes' rows of
+ * home_rows and home_probs; clobbers state's staging. One chunk sort
+ * (backward) and one or two NCCL groups; no host sync. */
 moegen_status moegen_ep_combine(moegen_module *m, const moegen_ep_args *args, CUstream stream);
 
 /* ---------------------------------------------------------------- the MoE layer */

@@ -37,3 +37,7 @@ set_tests_properties(test_concurrency_gpu PROPERTIES TIMEOUT 600)
 moegen_generate(NAME ds3 PRESET deepseek-v3 COMPILE nvcc OUTPUT_DIR aot)
 moegen_add_test(test_router_aot_gpu SOURCES gpu/test_router.c LABELS gpu LIBS ds3)
 target_compile_definitions(test_router_aot_gpu PRIVATE MOEGEN_TEST_AOT=1)
+# Expert parallelism through NCCL at R = 1 (one rank, one GPU) against the
+# single-GPU layer, bit for bit; exit 77 also without libnccl.so.2.
+moegen_add_test(test_ep_gpu SOURCES gpu/test_ep.c LABELS gpu LIBS ${CMAKE_DL_LIBS})
+set_tests_properties(test_ep_gpu PROPERTIES TIMEOUT 600)
