@@ -784,7 +784,9 @@ typedef struct moegen_ep_args {
   void *recv_rows;             /* out [N, H] received rows grouped by local expert */
   float *recv_probs;           /* out [N] fp32 (NULL iff probs is NULL) */
   int32_t *recv_offsets;       /* out [ranks, El + 1] */
-  int32_t *local_offsets;      /* out [El + 1]: feeds moegen_gemm_*_args.offsets */
+  int32_t *local_offsets;      /* out [El + 1]: feeds moegen_gemm_*_args.offsets of a module
+                                * whose GEMMs have El experts (at ranks = 1 the layer's own;
+                                * for ranks > 1 the local GEMM module is not settled yet) */
   int reuse;                   /* dispatch: 1 = the routing of the last dispatch that wrote
                                 * host_sizes and state (the backward's dy rows): no counts
                                 * exchange, no host sync (graph-capturable); recv_offsets and
