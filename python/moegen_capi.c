@@ -1,0 +1,180 @@
+/* python/moegen_capi.c -- the few C entry points the Python package needs
+ * beyond moegen.h / runtime.h, in libmoegen.so (which also exports every
+ * moegen_* function of the runtime and the generator library). The package
+ * loads the library with ctypes, so each function here takes and returns
+ * plain scalars and pointers: no struct crosses the boundary by value, and
+ * no layout is restated in Python. Errors: a status (or sysexits code) and
+ * the message in the caller's buffer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include "driver.h"
+#include "moegen/moegen.h"
+
+/* Copies err's message into buf (size bytes) and returns err->code. */
+static int report(const moegen_error *err, char *buf, size_t size) {
+  if (buf && size) snprintf(buf, size, "%s", err->msg);
+  return err->code;
+}
+
+/* A config from its sources, applied in the CLI's order onto the defaults:
+ * a preset (or NULL), a Hugging Face config.json path (or NULL), a Lua file
+ * path (or NULL), then nsets "key=value" overrides (argument positions
+ * 1..nsets in messages), then validated. Returns 0 and *out (free it with
+ * mgp_config_free), or the sysexits code with the message in why. */
+int mgp_config_new(const char *preset, const char *hf_config, const char *lua,
+                   const char *const *sets, int nsets, moegen_config **out, char *why,
+                   size_t why_size) {
+  moegen_error err = {0};
+  *out = NULL;
+  moegen_config *c = malloc(sizeof *c);
+  if (!c) {
+    snprintf(why, why_size, "out of memory");
+    return EX_OSERR;
+  }
+  moegen_config_defaults(c);
+  int rc = 0;
+  if (preset) rc = moegen_config_preset(c, preset, &err);
+  if (!rc && hf_config) rc = moegen_config_load_hf(c, hf_config, &err);
+  if (!rc && lua) rc = moegen_config_load_lua(c, lua, &err);
+  for (int i = 0; !rc && i < nsets; i++) rc = moegen_config_set(c, sets[i], i + 1, &err);
+  if (!rc) rc = moegen_config_validate(c, &err);
+  if (rc) {
+    free(c);
+    return report(&err, why, why_size);
+  }
+  *out = c;
+  return 0;
+}
+
+void mgp_config_free(moegen_config *c) { free(c); }
+
+/* The sizes and kinds the Python side needs of a config (any output may be
+ * NULL): E, K, H, F, logits dtype, activation dtype (moegen_dtype values),
+ * whether it has an expert bias and quantile balancing. */
+void mgp_config_dims(const moegen_config *c, int *experts, int *topk, int *hidden, int *ffn,
+                     int *logits_dtype, int *dtype, int *expert_bias, int *quantile_balancing) {
+  if (experts) *experts = c->experts;
+  if (topk) *topk = c->topk;
+  if (hidden) *hidden = c->hidden;
+  if (ffn) *ffn = c->ffn;
+  if (logits_dtype) *logits_dtype = (int)c->logits_dtype;
+  if (dtype) *dtype = (int)c->dtype;
+  if (expert_bias) *expert_bias = c->expert_bias;
+  if (quantile_balancing) *quantile_balancing = c->quantile_balancing;
+}
+
+/* The config as a Lua table into buf; returns the length it needs (as
+ * moegen_config_to_lua). The package hashes it to name the module. */
+size_t mgp_config_lua(const moegen_config *c, char *buf, size_t size) {
+  return moegen_config_to_lua(c, buf, size);
+}
+
+/* A rendered image for shape functions only (no source kept, no driver, no
+ * GPU): the plans moegen_jit(c, arch) would give its module, since
+ * rendering is deterministic. */
+typedef struct mgp_image {
+  moegen_image image; /* first: a mgp_image * is a moegen_image * */
+  char arch[16];
+} mgp_image;
+
+/* Renders c for arch ("sm_90a", ...; required) into *out (free it with
+ * mgp_image_free). Returns 0 or the sysexits code, message in why. */
+int mgp_image_new(const moegen_config *c, const char *arch, mgp_image **out, char *why,
+                  size_t why_size) {
+  moegen_error err = {0};
+  *out = NULL;
+  mgp_image *img = calloc(1, sizeof *img);
+  if (!img) {
+    snprintf(why, why_size, "out of memory");
+    return EX_OSERR;
+  }
+  snprintf(img->arch, sizeof img->arch, "%s", arch);
+  moegen_gen_options opt = {.name = "py", .arch = img->arch, .compile = MOEGEN_COMPILE_JIT,
+                            .command_line = "moegen (Python)"};
+  moegen_sources src;
+  int rc = moegen_render(c, &opt, &src, &err);
+  if (rc) {
+    free(img);
+    return report(&err, why, why_size);
+  }
+  img->image = src.image;
+  img->image.name = "py";
+  img->image.arch = img->arch;
+  moegen_sources_free(&src);
+  *out = img;
+  return 0;
+}
+
+void mgp_image_free(mgp_image *img) { free(img); }
+
+/* moegen_jit with the message in why instead of a moegen_error. */
+moegen_status mgp_jit(const moegen_config *c, const char *arch, moegen_module **out, char *why,
+                      size_t why_size) {
+  moegen_error err = {0};
+  moegen_status st = moegen_jit(c, arch, out, &err);
+  if (st != MOEGEN_OK) report(&err, why, why_size);
+  return st;
+}
+
+/* Makes device `ordinal`'s primary context current on the calling thread
+ * if no context is (PyTorch's worker threads, e.g. autograd's, may have
+ * none current until their first CUDA runtime call); leaves a current one
+ * alone. Returns MOEGEN_OK or the error, message in why. */
+moegen_status mgp_bind_device(int ordinal, char *why, size_t why_size) {
+  const moegen_driver *d;
+  moegen_status st = moegen_driver_get(&d, why, why_size);
+  if (st != MOEGEN_OK) return st;
+  CUcontext ctx = NULL;
+  CUresult r = d->cuCtxGetCurrent(&ctx);
+  if (!r && ctx) return MOEGEN_OK;
+  CUdevice dev;
+  if (!r) r = d->cuDeviceGet(&dev, ordinal);
+  if (!r) r = d->cuDevicePrimaryCtxRetain(&ctx, dev);
+  if (!r) r = d->cuCtxSetCurrent(ctx);
+  if (r) {
+    moegen_driver_describe(r, why, why_size);
+    return MOEGEN_ERR_CUDA;
+  }
+  return MOEGEN_OK;
+}
+
+/* ---------------------------------------------------------------- the layer */
+
+/* moegen_layer_shape_of's byte counts (saved, workspace) for T tokens. */
+moegen_status mgp_layer_bytes(const moegen_image *img, int64_t T, int64_t *saved_bytes,
+                              int64_t *workspace_bytes) {
+  moegen_layer_shape sh;
+  moegen_status st = moegen_layer_shape_of(img, T, &sh);
+  if (st != MOEGEN_OK) return st;
+  *saved_bytes = (int64_t)sh.saved_bytes;
+  *workspace_bytes = (int64_t)sh.workspace_bytes;
+  return MOEGEN_OK;
+}
+
+/* moegen_layer_fwd at max_tokens = T (shapes as in moegen_layer_fwd_args). */
+moegen_status mgp_layer_fwd(moegen_module *m, int64_t T, const void *x, const void *logits,
+                            const float *expert_bias, const void *w1, const void *w2, void *y,
+                            void *saved, int64_t saved_bytes, void *workspace,
+                            int64_t workspace_bytes, CUstream stream) {
+  moegen_layer_fwd_args a = {.num_tokens = T, .max_tokens = T, .x = x, .logits = logits,
+                             .expert_bias = expert_bias, .w1 = w1, .w2 = w2, .y = y,
+                             .saved = saved, .saved_bytes = (size_t)saved_bytes,
+                             .workspace = workspace, .workspace_bytes = (size_t)workspace_bytes};
+  return moegen_layer_fwd(m, &a, stream);
+}
+
+/* moegen_layer_bwd at max_tokens = T with bf16 weight grads (accumulate = 0). */
+moegen_status mgp_layer_bwd(moegen_module *m, int64_t T, const void *dy, const void *w1,
+                            const void *w2, const void *saved, int64_t saved_bytes, void *dx,
+                            void *dlogits, void *dw1, void *dw2, void *workspace,
+                            int64_t workspace_bytes, CUstream stream) {
+  moegen_layer_bwd_args a = {.num_tokens = T, .max_tokens = T, .dy = dy, .w1 = w1, .w2 = w2,
+                             .saved = saved, .saved_bytes = (size_t)saved_bytes, .dx = dx,
+                             .dlogits = dlogits, .dw1 = dw1, .dw2 = dw2, .accumulate = 0,
+                             .workspace = workspace,
+                             .workspace_bytes = (size_t)workspace_bytes};
+  return moegen_layer_bwd(m, &a, stream);
+}
