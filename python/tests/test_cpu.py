@@ -1,0 +1,156 @@
+"""What needs no GPU: configs from every source, the C shape functions and
+the affine saved-size bound, the ops' schemas, and their fake kernels (meta
+tensors, symbolic T under make_fx, opcheck's schema and fake checks)."""
+import os
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import moegen
+from conftest import MODELS, SIGMOID, SOFTMAX
+
+
+def meta_inputs(m, T):
+    kw = dict(device="meta")
+    x = torch.empty(T, m.hidden, dtype=m.dtype, **kw)
+    logits = torch.empty(T, m.experts, dtype=m.logits_dtype, **kw)
+    bias = torch.empty(m.experts, dtype=torch.float32, **kw) if m.expert_bias else None
+    w1 = torch.empty(m.experts, 2 * m.ffn, m.hidden, dtype=m.dtype, **kw)
+    w2 = torch.empty(m.experts, m.hidden, m.ffn, dtype=m.dtype, **kw)
+    return x, logits, bias, w1, w2
+
+
+def test_config_sources(tmp_path):
+    p = moegen.Module("deepseek-v3")
+    assert (p.experts, p.topk, p.hidden, p.ffn, p.expert_bias) == (256, 8, 7168, 2048, True)
+    hf = moegen.Module(os.path.join(MODELS, "deepseek-v3.json"))
+    assert (hf.experts, hf.topk, hf.hidden, hf.ffn) == (256, 8, 7168, 2048)
+    lua = tmp_path / "my.lua"
+    lua.write_text("return { experts = 64, topk = 6, hidden = 2048, ffn = 1408, "
+                   "score = 'softmax', pre_softmax = true, logits_dtype = 'fp32' }\n")
+    lm = moegen.Module(lua)
+    assert (lm.experts, lm.topk, lm.logits_dtype) == (64, 6, torch.float32)
+    d = moegen.Module(dict(preset="qwen3-30b-a3b", hidden=256, ffn=128))
+    assert (d.experts, d.topk, d.hidden, d.ffn) == (128, 8, 256, 128)
+    assert moegen.Module(SOFTMAX).logits_dtype == torch.float32
+    assert "deepseek-v3" in moegen.preset_names()
+    assert d.key != moegen.Module("qwen3-30b-a3b").key
+    assert d.key == moegen.Module(dict(preset="qwen3-30b-a3b", hidden=256, ffn=128)).key
+
+
+@pytest.mark.parametrize("config, message", [
+    ("no-such-preset", "no-such-preset"),
+    (dict(experts=8, topk=9, hidden=64, ffn=64), "topk"),
+    (dict(experts=8, topk=2, hidden=64, ffn=64, bogus=1), "bogus: unknown config key"),
+    (dict(preset="mixtral-8x7b", expert_bias=True), "expert_bias"),
+])
+def test_config_errors(config, message):
+    with pytest.raises(ValueError, match=message):
+        moegen.Module(config)
+
+
+def test_config_type():
+    with pytest.raises(TypeError, match="preset name"):
+        moegen.Module(3)
+
+
+@pytest.mark.parametrize("config", [SIGMOID, SOFTMAX, "deepseek-v3"])
+def test_saved_bound(config):
+    m = moegen.Module(config)
+    for T in list(range(0, 600)) + [1024, 3000, 4096, 8191, 8192, 16384, 65537]:
+        saved, ws = m.layer_bytes(T)
+        bound = m.layer_saved_size(T)
+        assert saved <= bound < saved + 64 * 256, (T, saved, bound)
+        assert ws > 0 or T == 0
+
+
+def test_schemas():
+    fwd = str(torch.ops.moegen.layer_fwd.default._schema)
+    bwd = str(torch.ops.moegen.layer_bwd.default._schema)
+    assert fwd == ("moegen::layer_fwd(str module, Tensor x, Tensor logits, Tensor? expert_bias, "
+                   "Tensor w1, Tensor w2) -> (Tensor, Tensor)")
+    assert bwd == ("moegen::layer_bwd(str module, Tensor dy, Tensor w1, Tensor w2, "
+                   "Tensor saved) -> (Tensor, Tensor, Tensor, Tensor)")
+    # No op mutates an input (alias info would show as Tensor(a!)).
+    assert "!" not in fwd + bwd
+
+
+@pytest.mark.parametrize("config", [SIGMOID, SOFTMAX])
+@pytest.mark.parametrize("T", [0, 1, 333, 4096])
+def test_fake_shapes(config, T):
+    m = moegen.Module(config)
+    x, logits, bias, w1, w2 = meta_inputs(m, T)
+    y, saved = torch.ops.moegen.layer_fwd(m.key, x, logits, bias, w1, w2)
+    assert (y.shape, y.dtype) == ((T, m.hidden), m.dtype)
+    assert (saved.shape, saved.dtype) == ((m.layer_saved_size(T),), torch.uint8)
+    dx, dlogits, dw1, dw2 = torch.ops.moegen.layer_bwd(m.key, y, w1, w2, saved)
+    assert (dx.shape, dx.dtype) == ((T, m.hidden), m.dtype)
+    assert (dlogits.shape, dlogits.dtype) == ((T, m.experts), m.logits_dtype)
+    assert dw1.shape == w1.shape and dw2.shape == w2.shape and dw1.dtype == m.dtype
+
+
+def test_fake_checks(sig_module):
+    m = sig_module
+    x, logits, bias, w1, w2 = meta_inputs(m, 8)
+    with pytest.raises(ValueError, match="logits: shape"):
+        torch.ops.moegen.layer_fwd(m.key, x, logits[:4], bias, w1, w2)
+    with pytest.raises(ValueError, match="expert_bias"):
+        torch.ops.moegen.layer_fwd(m.key, x, logits, None, w1, w2)
+    with pytest.raises(ValueError, match="x: dtype"):
+        torch.ops.moegen.layer_fwd(m.key, x.float(), logits, bias, w1, w2)
+    with pytest.raises(ValueError, match="no module with key"):
+        torch.ops.moegen.layer_fwd("nope", x, logits, bias, w1, w2)
+
+
+def test_symbolic_T(sig_module):
+    """Under symbolic tracing T stays a symbol: y is [s0, H], saved a*s0 + b."""
+    m = sig_module
+
+    def f(x, logits, bias, w1, w2):
+        y, saved = torch.ops.moegen.layer_fwd(m.key, x, logits, bias, w1, w2)
+        return torch.ops.moegen.layer_bwd(m.key, y, w1, w2, saved)
+
+    g = make_fx(f, tracing_mode="symbolic")(*meta_inputs(m, 1000))
+    nodes = {n.name: n for n in g.graph.nodes}
+    y_val = nodes["getitem"].meta["val"]
+    saved_val = nodes["getitem_1"].meta["val"]
+    T = y_val.shape[0]
+    assert isinstance(T, torch.SymInt) and y_val.shape[1] == m.hidden
+    a, b = m._saved_affine()
+    assert str(saved_val.shape[0]).replace(" ", "") == f"{a}*{T}+{b}"
+
+
+def test_opcheck_fake(sig_module):
+    """opcheck's schema and fake checks on meta tensors (the CUDA run is test_gpu's)."""
+    m = sig_module
+    torch.library.opcheck(torch.ops.moegen.layer_fwd.default, (m.key, *meta_inputs(m, 77)),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_compile_meta():
+    """Dynamo + AOTAutograd over the fake kernels (meta tensors run them as
+    the real ones): fullgraph, no graph break, one graph for five T with T
+    dynamic, the backward through moegen::layer_bwd."""
+    from torch._dynamo.utils import counters
+
+    moe = moegen.MoE(SIGMOID, device="meta")
+    m = moe.module
+
+    def step(x, logits):
+        return moe(x, logits).float().sum()
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for T in [1024, 2048, 3000, 4096, 8192]:
+        x = torch.empty(T, m.hidden, dtype=m.dtype, device="meta", requires_grad=True)
+        logits = torch.empty(T, m.experts, dtype=m.logits_dtype, device="meta",
+                             requires_grad=True)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch._dynamo.mark_dynamic(logits, 0)
+        compiled(x, logits).backward()
+        assert x.grad.shape == x.shape and logits.grad.shape == logits.shape
+        assert moe.w1.grad.shape == moe.w1.shape
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
