@@ -178,3 +178,68 @@ moegen_status mgp_layer_bwd(moegen_module *m, int64_t T, const void *dy, const v
                              .workspace_bytes = (size_t)workspace_bytes};
   return moegen_layer_bwd(m, &a, stream);
 }
+
+/* ---------------------------------------------------------------- the router */
+
+/* The moegen_index_dtype value of an index dtype name ("int32", "int16",
+ * "int64"), or -1. */
+int mgp_index_dtype(const char *name) {
+#define MGP_INDEX_(e, n, value) if (!strcmp(name, #n)) return value;
+  MOEGEN_INDEX_DTYPES(MGP_INDEX_)
+#undef MGP_INDEX_
+  return -1;
+}
+
+/* One output's shape of moegen_router_fwd_shape_of at T tokens, by its
+ * field name ("probs", "routing_map", "routing_bitmap", "topk_indices",
+ * "topk_weights", "intermediate", "expert_counts", "qb_cutoff") into
+ * dims[2]; returns its rank (1 or 2), 0 for an unknown name, or minus the
+ * shape function's status. */
+int mgp_router_fwd_shape(const moegen_image *img, int64_t T, const char *name, int64_t *dims) {
+  moegen_router_fwd_shape sh;
+  moegen_status st = moegen_router_fwd_shape_of(img, T, &sh);
+  if (st != MOEGEN_OK) return -(int)st;
+#define MGP_DIMS_(f)                                      \
+  if (!strcmp(name, #f)) {                                \
+    memcpy(dims, sh.f, sizeof sh.f);                      \
+    return (int)(sizeof sh.f / sizeof sh.f[0]);           \
+  }
+  MGP_DIMS_(probs) MGP_DIMS_(routing_map) MGP_DIMS_(routing_bitmap) MGP_DIMS_(topk_indices)
+  MGP_DIMS_(topk_weights) MGP_DIMS_(intermediate) MGP_DIMS_(expert_counts) MGP_DIMS_(qb_cutoff)
+#undef MGP_DIMS_
+  return 0;
+}
+
+/* moegen_router_fwd (shapes as in moegen_router_fwd_args; NULL outputs are
+ * not written). */
+moegen_status mgp_router_fwd(moegen_module *m, int64_t T, const void *logits,
+                             const float *expert_bias, void *probs, uint8_t *routing_map,
+                             uint8_t *routing_bitmap, void *topk_indices, int index_dtype,
+                             float *topk_weights, float *intermediate, int32_t *expert_counts,
+                             int32_t *qb_histogram, int qb_bins, const float *qb_bounds,
+                             float *qb_cutoff, CUstream stream) {
+  moegen_router_fwd_args a = {.num_tokens = T, .logits = logits, .expert_bias = expert_bias,
+                              .probs = probs, .routing_map = routing_map,
+                              .routing_bitmap = routing_bitmap, .topk_indices = topk_indices,
+                              .index_dtype = (moegen_index_dtype)index_dtype,
+                              .topk_weights = topk_weights, .intermediate = intermediate,
+                              .expert_counts = expert_counts, .qb_histogram = qb_histogram,
+                              .qb_bins = qb_bins, .qb_bounds = qb_bounds, .qb_cutoff = qb_cutoff};
+  return moegen_router_fwd(m, &a, stream);
+}
+
+/* moegen_router_bwd (exactly one of grad_probs, grad_weights; exactly one
+ * routing). */
+moegen_status mgp_router_bwd(moegen_module *m, int64_t T, const void *grad_probs,
+                             const float *grad_weights, const float *intermediate,
+                             const uint8_t *routing_map, const uint8_t *routing_bitmap,
+                             const void *topk_indices, int index_dtype, void *grad_logits,
+                             CUstream stream) {
+  moegen_router_bwd_args a = {.num_tokens = T, .grad_probs = grad_probs,
+                              .grad_weights = grad_weights, .intermediate = intermediate,
+                              .routing_map = routing_map, .routing_bitmap = routing_bitmap,
+                              .topk_indices = topk_indices,
+                              .index_dtype = (moegen_index_dtype)index_dtype,
+                              .grad_logits = grad_logits};
+  return moegen_router_bwd(m, &a, stream);
+}

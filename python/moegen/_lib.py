@@ -34,6 +34,10 @@ _PROTOTYPES = {
     "mgp_layer_bytes": (_int, [_p, _i64, _c.POINTER(_i64), _c.POINTER(_i64)]),
     "mgp_layer_fwd": (_int, [_p, _i64] + [_p] * 7 + [_i64, _p, _i64, _p]),
     "mgp_layer_bwd": (_int, [_p, _i64, _p, _p, _p, _p, _i64, _p, _p, _p, _p, _p, _i64, _p]),
+    "mgp_index_dtype": (_int, [_str]),
+    "mgp_router_fwd_shape": (_int, [_p, _i64, _str, _c.POINTER(_i64)]),
+    "mgp_router_fwd": (_int, [_p, _i64] + [_p] * 6 + [_int] + [_p] * 4 + [_int, _p, _p, _p]),
+    "mgp_router_bwd": (_int, [_p, _i64] + [_p] * 6 + [_int, _p, _p]),
 }
 
 

@@ -102,7 +102,6 @@ class Module:
         digest = hashlib.sha256((arch + "\n" + self.config_lua).encode()).hexdigest()[:16]
         self.key = f"{arch}-{digest}"
         self._handle = None
-        self._loaded = set()
         self._lock = threading.Lock()
         with _registry_lock:
             _registry.setdefault(self.key, self)
@@ -144,39 +143,60 @@ class Module:
             self._saved_ab = _affine_bound(lambda t: self.layer_bytes(t)[0])
         return self._saved_ab
 
+    def router_fwd_shape(self, name, num_tokens):
+        """One output's shape of moegen_router_fwd_shape_of at T = num_tokens,
+        by its field name ("probs", "routing_map", "routing_bitmap",
+        "topk_indices", "topk_weights", "intermediate", "expert_counts",
+        "qb_cutoff"), as a tuple. Works on a SymInt: every dim is affine in
+        T, a*T + b with a and b read off the C function (_affine_dims)."""
+        if not isinstance(num_tokens, int):
+            return tuple(a * num_tokens + b for a, b in self._router_affine(name))
+        dims = (ctypes.c_int64 * 2)()
+        rank = lib.mgp_router_fwd_shape(self._image, num_tokens, name.encode(), dims)
+        if rank < 0:
+            raise MoegenError("moegen_router_fwd_shape_of", -rank)
+        if rank == 0:
+            raise ValueError(f"moegen: the router has no output {name!r}")
+        return tuple(dims[:rank])
+
+    def _router_affine(self, name):
+        cache = self.__dict__.setdefault("_router_ab", {})
+        if name not in cache:
+            cache[name] = _affine_dims(lambda t: self.router_fwd_shape(name, t))
+        return cache[name]
+
     # ------------------------------------------------------------ the JIT module
 
     def handle(self, device):
-        """The moegen_module pointer, loaded (every unit compiled) for
-        `device` (a CUDA torch.device), whose primary context is made current
-        on this thread if none is."""
+        """The moegen_module pointer (moegen_jit once; each compile unit is
+        compiled, through the disk cache, at the first launch of one of its
+        kernels on a device), with `device`'s primary context made current on
+        this thread if none is."""
         index = device.index if device.index is not None else torch.cuda.current_device()
         why, n = why_buffer()
         st = lib.mgp_bind_device(index, why, n)
         if st != MOEGEN_OK:
             raise MoegenError("moegen: binding the CUDA device", st, why.value.decode())
-        if index in self._loaded:
-            return self._handle
-        with self._lock:
-            if self._handle is None:
-                h = ctypes.c_void_p()
-                st = lib.mgp_jit(self._cfg, self.arch.encode(), ctypes.byref(h), why, n)
-                if st != MOEGEN_OK:
-                    if h:
-                        lib.moegen_module_destroy(h)
-                    raise MoegenError("moegen_jit", st, why.value.decode())
-                self._handle = h
-            if index not in self._loaded:
-                self.check(lib.moegen_module_load(self._handle), "moegen_module_load")
-                self._loaded.add(index)
+        if self._handle is None:
+            with self._lock:
+                if self._handle is None:
+                    h = ctypes.c_void_p()
+                    st = lib.mgp_jit(self._cfg, self.arch.encode(), ctypes.byref(h), why, n)
+                    if st != MOEGEN_OK:
+                        if h:
+                            lib.moegen_module_destroy(h)
+                        raise MoegenError("moegen_jit", st, why.value.decode())
+                    self._handle = h
         return self._handle
 
     def load(self, device=None):
         """Compiles (cold JIT, once per cache) and loads every kernel for
-        `device` (default: the current CUDA device) now, so that no launch,
-        and no CUDA graph capture, waits for NVRTC."""
-        self.handle(torch.device("cuda", torch.cuda.current_device()) if device is None
-                    else torch.device(device))
+        `device` (default: the current CUDA device) now, so that no launch
+        waits for NVRTC (eager warm-up runs, as torch.compile's CUDA graphs
+        do before capturing, load what they launch anyway)."""
+        device = torch.device("cuda", torch.cuda.current_device()) if device is None \
+            else torch.device(device)
+        self.check(lib.moegen_module_load(self.handle(device)), "moegen_module_load")
 
     def check(self, status, what):
         """Raises MoegenError with the module's last error unless status is OK."""
@@ -200,6 +220,17 @@ def _affine_bound(f, period=256, probes=(0, 1, 255, 256, 1000, 4097, 65536 + 17)
         if f(t) > a * t + b:
             raise AssertionError(f"moegen: the affine bound {a}*T + {b} misses T = {t}")
     return a, b
+
+
+def _affine_dims(f, probes=(0, 3, 1000, 65537)):
+    """[(a, b), ...] with f(T)[i] = a*T + b for a shape function f whose
+    dims are affine in T; checked at `probes`."""
+    f1, f2 = f(1), f(2)
+    ab = [(d2 - d1, d1 - (d2 - d1)) for d1, d2 in zip(f1, f2)]
+    for t in probes:
+        if tuple(a * t + b for a, b in ab) != tuple(f(t)):
+            raise AssertionError(f"moegen: a shape is not affine in T at T = {t}")
+    return ab
 
 
 def module_of(key):

@@ -151,3 +151,216 @@ def _layer_backward(ctx, dy, _dsaved):
 
 torch.library.register_autograd("moegen::layer_fwd", _layer_backward,
                                 setup_context=_layer_setup_context)
+
+
+# ---------------------------------------------------------------- the router
+
+_ROUTING_FORMATS = ("bytemap", "bitmap")
+_INDEX_DTYPES = {torch.int32: "int32", torch.int16: "int16", torch.int64: "int64"}
+
+
+def _check_router_inputs(m, logits, expert_bias, qb_histogram, qb_bounds):
+    _check(logits.dim() == 2, f"logits: [T, E] expected, got shape {tuple(logits.shape)}")
+    T = logits.shape[0]
+    _check_tensor("logits", logits, (T, m.experts), m.logits_dtype)
+    if m.expert_bias:
+        _check(expert_bias is not None, "expert_bias: the config has an expert bias ([E] fp32)")
+        _check_tensor("expert_bias", expert_bias, (m.experts,), torch.float32)
+    else:
+        _check(expert_bias is None, "expert_bias: the config has none (pass None)")
+    if m.quantile_balancing:
+        _check(qb_histogram is not None and qb_bounds is not None,
+               "qb_histogram ([E, bins] int32) and qb_bounds ([2] fp32) are required "
+               "(the config has quantile_balancing)")
+        _check(qb_histogram.dim() == 2 and qb_histogram.shape[1] > 0,
+               "qb_histogram: [E, bins] expected")
+        _check_tensor("qb_histogram", qb_histogram, (m.experts, qb_histogram.shape[1]),
+                      torch.int32)
+        _check_tensor("qb_bounds", qb_bounds, (2,), torch.float32)
+    else:
+        _check(qb_histogram is None and qb_bounds is None,
+               "qb_histogram, qb_bounds: the config has no quantile_balancing (pass None)")
+    return T
+
+
+def _router_outputs(m, T, like, routing_map_format):
+    """probs, routing (bytemap bool or bitmap uint8, or None), topk_weights,
+    intermediate, expert_counts, qb_cutoff: empty tensors shaped by the C
+    shape function (T may be a SymInt)."""
+    s = lambda name: m.router_fwd_shape(name, T)  # noqa: E731
+    probs = like.new_empty(s("probs"), dtype=m.logits_dtype)
+    if routing_map_format is None:
+        routing = None
+    elif routing_map_format == "bytemap":
+        routing = like.new_empty(s("routing_map"), dtype=torch.bool)
+    else:
+        routing = like.new_empty(s("routing_bitmap"), dtype=torch.uint8)
+    return (probs, routing, like.new_empty(s("topk_weights"), dtype=torch.float32),
+            like.new_empty(s("intermediate"), dtype=torch.float32),
+            like.new_empty(s("expert_counts"), dtype=torch.int32),
+            like.new_empty(s("qb_cutoff"), dtype=torch.float32))
+
+
+def _launch_router_fwd(m, logits, expert_bias, routing_map_format, topk_indices, qb_histogram,
+                       qb_bounds, outputs):
+    probs, routing, weights, inter, counts, cutoff = outputs
+    bytemap = routing if routing_map_format == "bytemap" else None
+    bitmap = routing if routing_map_format == "bitmap" else None
+    h = m.handle(logits.device)
+    qb_bins = qb_histogram.shape[1] if qb_histogram is not None else 0
+    m.check(lib.mgp_router_fwd(h, logits.shape[0], _ptr(logits), _ptr(expert_bias), _ptr(probs),
+                               _ptr(bytemap), _ptr(bitmap), _ptr(topk_indices),
+                               lib.mgp_index_dtype(_INDEX_DTYPES[topk_indices.dtype].encode()),
+                               _ptr(weights), _ptr(inter), counts.data_ptr(), _ptr(qb_histogram),
+                               qb_bins, _ptr(qb_bounds), _ptr(cutoff), _stream(logits.device)),
+            "moegen_router_fwd")
+
+
+@torch.library.custom_op("moegen::router_fwd", mutates_args=(), device_types="cuda")
+def router_fwd(module: str, logits: Tensor, expert_bias: Optional[Tensor],
+               routing_map_format: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The fused top-k router (moegen_router_fwd, SPEC.md 1) on logits [T, E]
+    (the config's logits dtype), differentiable in logits. Returns probs
+    [T, E] (logits dtype, scaling * p at the selected experts), the routing
+    map (bytemap: bool [T, E]; bitmap: uint8 [T, ceil(E/8)], bit e % 8 of
+    byte e / 8), topk_indices [T, K] int32 (value-descending), topk_weights
+    [T, K] fp32, intermediate [T, E] fp32 (the backward's state) and
+    expert_counts [E] int32. Quantile-balancing configs use router_fwd_into
+    (the histogram is a mutation)."""
+    m = module_of(module)
+    T = _check_router_fwd(m, logits, expert_bias, routing_map_format)
+    _check_contiguous(logits=logits, expert_bias=expert_bias)
+    outputs = _router_outputs(m, T, logits, routing_map_format)
+    idx = logits.new_empty(m.router_fwd_shape("topk_indices", T), dtype=torch.int32)
+    _launch_router_fwd(m, logits, expert_bias, routing_map_format, idx, None, None, outputs)
+    probs, routing, weights, inter, counts, _cutoff = outputs
+    return probs, routing, idx, weights, inter, counts
+
+
+def _check_router_fwd(m, logits, expert_bias, routing_map_format):
+    _check(routing_map_format in _ROUTING_FORMATS,
+           f"routing_map_format: {routing_map_format!r}, expected one of {_ROUTING_FORMATS}")
+    _check(not m.quantile_balancing, "router_fwd: the config has quantile_balancing: use "
+           "router_fwd_into (it accumulates the histogram)")
+    return _check_router_inputs(m, logits, expert_bias, None, None)
+
+
+@router_fwd.register_fake
+def _(module, logits, expert_bias, routing_map_format):
+    m = module_of(module)
+    T = _check_router_fwd(m, logits, expert_bias, routing_map_format)
+    probs, routing, weights, inter, counts, _cutoff = _router_outputs(m, T, logits,
+                                                                      routing_map_format)
+    idx = logits.new_empty(m.router_fwd_shape("topk_indices", T), dtype=torch.int32)
+    return probs, routing, idx, weights, inter, counts
+
+
+@torch.library.custom_op("moegen::router_fwd_into", mutates_args=("topk_indices", "qb_histogram"),
+                         device_types="cuda")
+def router_fwd_into(module: str, logits: Tensor, expert_bias: Optional[Tensor],
+                    topk_indices: Tensor, qb_histogram: Optional[Tensor],
+                    qb_bounds: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The router forward that writes into the caller's buffers: the dense
+    indices into topk_indices [T, K] (int16, int32 or int64; OVERWRITTEN in
+    place) and, for quantile-balancing configs, the histogram qb_histogram
+    [E, bins] int32 (ACCUMULATED in place), both declared mutations;
+    qb_bounds [2] fp32 (finite, lower < upper: unchecked here, a check would
+    sync). No routing map. Returns probs, topk_weights, intermediate,
+    expert_counts as router_fwd, and qb_cutoff [T] fp32 ([0] without
+    quantile balancing). Not differentiable itself (PyTorch registers no
+    autograd on a mutating op): its backward is router_bwd on the
+    intermediate and topk_indices it wrote."""
+    m = module_of(module)
+    T = _check_router_inputs(m, logits, expert_bias, qb_histogram, qb_bounds)
+    _check_indices(m, T, topk_indices)
+    _check_contiguous(logits=logits, expert_bias=expert_bias, topk_indices=topk_indices,
+                      qb_histogram=qb_histogram, qb_bounds=qb_bounds)
+    outputs = _router_outputs(m, T, logits, None)
+    _launch_router_fwd(m, logits, expert_bias, None, topk_indices, qb_histogram, qb_bounds,
+                       outputs)
+    probs, _, weights, inter, counts, cutoff = outputs
+    return probs, weights, inter, counts, cutoff
+
+
+def _check_indices(m, T, topk_indices):
+    _check(topk_indices.dtype in _INDEX_DTYPES,
+           f"topk_indices: dtype {topk_indices.dtype}, expected int16, int32 or int64")
+    _check(tuple(topk_indices.shape) == tuple(m.router_fwd_shape("topk_indices", T)),
+           f"topk_indices: shape {tuple(topk_indices.shape)}, expected [T, K] = "
+           f"{tuple(m.router_fwd_shape('topk_indices', T))}")
+
+
+@router_fwd_into.register_fake
+def _(module, logits, expert_bias, topk_indices, qb_histogram, qb_bounds):
+    m = module_of(module)
+    T = _check_router_inputs(m, logits, expert_bias, qb_histogram, qb_bounds)
+    _check_indices(m, T, topk_indices)
+    probs, _, weights, inter, counts, cutoff = _router_outputs(m, T, logits, None)
+    return probs, weights, inter, counts, cutoff
+
+
+@torch.library.custom_op("moegen::router_bwd", mutates_args=(), device_types="cuda")
+def router_bwd(module: str, grad_probs: Optional[Tensor], grad_weights: Optional[Tensor],
+               intermediate: Tensor, topk_indices: Tensor) -> Tensor:
+    """The router backward (moegen_router_bwd): grad_logits [T, E] (logits
+    dtype) from grad_probs [T, E] (logits dtype) and/or grad_weights [T, K]
+    fp32, the forward's intermediate [T, E] fp32 and topk_indices [T, K].
+    With both gradients it is the sum of the two backwards (the op is
+    linear in the gradient; adding an all-zero one is exact)."""
+    m = module_of(module)
+    T = _check_router_bwd(m, grad_probs, grad_weights, intermediate, topk_indices)
+    _check_contiguous(grad_probs=grad_probs, grad_weights=grad_weights,
+                      intermediate=intermediate, topk_indices=topk_indices)
+    h = m.handle(intermediate.device)
+    code = lib.mgp_index_dtype(_INDEX_DTYPES[topk_indices.dtype].encode())
+    out = None
+    for gp, gw in ((grad_probs, None), (None, grad_weights)):
+        if gp is None and gw is None:
+            continue
+        g = torch.empty(T, m.experts, dtype=m.logits_dtype, device=intermediate.device)
+        m.check(lib.mgp_router_bwd(h, T, _ptr(gp), _ptr(gw), _ptr(intermediate), None, None,
+                                   _ptr(topk_indices), code, _ptr(g),
+                                   _stream(intermediate.device)), "moegen_router_bwd")
+        out = g if out is None else out.add_(g)
+    return out
+
+
+def _check_router_bwd(m, grad_probs, grad_weights, intermediate, topk_indices):
+    _check(intermediate.dim() == 2, "intermediate: [T, E] expected")
+    T = intermediate.shape[0]
+    _check(grad_probs is not None or grad_weights is not None,
+           "router_bwd: give grad_probs, grad_weights or both")
+    _check_tensor("intermediate", intermediate, (T, m.experts), torch.float32)
+    _check_indices(m, T, topk_indices)
+    if grad_probs is not None:
+        _check_tensor("grad_probs", grad_probs, (T, m.experts), m.logits_dtype)
+    if grad_weights is not None:
+        _check_tensor("grad_weights", grad_weights, tuple(topk_indices.shape), torch.float32)
+    return T
+
+
+@router_bwd.register_fake
+def _(module, grad_probs, grad_weights, intermediate, topk_indices):
+    m = module_of(module)
+    T = _check_router_bwd(m, grad_probs, grad_weights, intermediate, topk_indices)
+    return intermediate.new_empty(T, m.experts, dtype=m.logits_dtype)
+
+
+def _router_setup_context(ctx, inputs, output):
+    ctx.module = inputs[0]
+    ctx.save_for_backward(output[4], output[2])  # intermediate, topk_indices
+
+
+def _router_backward(ctx, grad_probs, _routing, _idx, grad_weights, *_rest):
+    inter, idx = ctx.saved_tensors
+    gl = torch.ops.moegen.router_bwd(ctx.module, _contiguous(grad_probs),
+                                     _contiguous(grad_weights), inter, idx)
+    return None, gl, None, None
+
+
+def _contiguous(t):
+    return t.contiguous() if t is not None else None
+
+
+torch.library.register_autograd("moegen::router_fwd", _router_backward,
+                                setup_context=_router_setup_context)

@@ -17,6 +17,9 @@ SIGMOID = dict(name="pysig", experts=24, topk=4, groups=4, group_topk=2, score="
                expert_bias=True, scaling=2.5, hidden=264, ffn=136, logits_dtype="bf16")
 SOFTMAX = dict(name="pysoft", experts=6, topk=2, score="softmax", hidden=264, ffn=136,
                logits_dtype="fp32")
+# Quantile balancing (SPEC.md 3): sigmoid + bias, a histogram the router accumulates.
+QB = dict(name="pyqb", experts=16, topk=2, score="sigmoid", expert_bias=True,
+          quantile_balancing=True, hidden=264, ffn=136, logits_dtype="fp32")
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -8,7 +8,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import moegen
-from conftest import MODELS, SIGMOID, SOFTMAX
+from conftest import MODELS, QB, SIGMOID, SOFTMAX
 
 
 def meta_inputs(m, T):
@@ -154,3 +154,70 @@ def test_compile_meta():
         assert moe.w1.grad.shape == moe.w1.shape
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+
+
+def test_router_schemas():
+    assert str(torch.ops.moegen.router_fwd.default._schema) == (
+        "moegen::router_fwd(str module, Tensor logits, Tensor? expert_bias, str routing_map_format)"
+        " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+    # The two in-place writes are declared: the index buffer and the QB histogram.
+    assert str(torch.ops.moegen.router_fwd_into.default._schema) == (
+        "moegen::router_fwd_into(str module, Tensor logits, Tensor? expert_bias, "
+        "Tensor(a3!) topk_indices, Tensor(a4!)? qb_histogram, Tensor? qb_bounds) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+    assert "!" not in str(torch.ops.moegen.router_bwd.default._schema)
+
+
+@pytest.mark.parametrize("T", [0, 1, 1000])
+def test_router_fake_shapes(sig_module, T):
+    m = sig_module
+    E, K = m.experts, m.topk
+    _, logits, bias, _, _ = meta_inputs(m, T)
+    for fmt, rshape, rdtype in [("bytemap", (T, E), torch.bool),
+                                ("bitmap", (T, -(-E // 8)), torch.uint8)]:
+        probs, routing, idx, w, inter, counts = torch.ops.moegen.router_fwd(m.key, logits, bias, fmt)
+        assert (probs.shape, probs.dtype) == ((T, E), m.logits_dtype)
+        assert (routing.shape, routing.dtype) == (rshape, rdtype)
+        assert (idx.shape, idx.dtype, w.shape, w.dtype) == ((T, K), torch.int32, (T, K),
+                                                            torch.float32)
+        assert (inter.shape, counts.shape, counts.dtype) == ((T, E), (E,), torch.int32)
+    buf = torch.empty(T, K, dtype=torch.int16, device="meta")
+    outs = torch.ops.moegen.router_fwd_into(m.key, logits, bias, buf, None, None)
+    assert [tuple(o.shape) for o in outs] == [(T, E), (T, K), (T, E), (E,), (0,)]
+    gl = torch.ops.moegen.router_bwd(m.key, probs, w, inter, idx)
+    assert (gl.shape, gl.dtype) == ((T, E), m.logits_dtype)
+    with pytest.raises(ValueError, match="routing_map_format"):
+        torch.ops.moegen.router_fwd(m.key, logits, bias, "indices")
+    with pytest.raises(ValueError, match="topk_indices: shape"):
+        torch.ops.moegen.router_fwd_into(m.key, logits, bias, buf[:, :1], None, None)
+
+
+def test_router_qb_fake():
+    m = moegen.Module(QB)
+    logits = torch.empty(50, m.experts, dtype=m.logits_dtype, device="meta")
+    bias = torch.empty(m.experts, device="meta")
+    hist = torch.empty(m.experts, 32, dtype=torch.int32, device="meta")
+    bounds = torch.empty(2, device="meta")
+    buf = torch.empty(50, m.topk, dtype=torch.int32, device="meta")
+    cutoff = torch.ops.moegen.router_fwd_into(m.key, logits, bias, buf, hist, bounds)[-1]
+    assert cutoff.shape == (50,)
+    with pytest.raises(ValueError, match="quantile_balancing"):
+        torch.ops.moegen.router_fwd(m.key, logits, bias, "bytemap")
+    with pytest.raises(ValueError, match="qb_histogram"):
+        torch.ops.moegen.router_fwd_into(m.key, logits, bias, buf, None, None)
+
+
+def test_router_symbolic_T(sig_module):
+    m = sig_module
+
+    def f(logits, bias):
+        return torch.ops.moegen.router_fwd(m.key, logits, bias, "bitmap")
+
+    _, logits, bias, _, _ = meta_inputs(m, 1000)
+    g = make_fx(f, tracing_mode="symbolic")(logits, bias)
+    out = [n for n in g.graph.nodes if n.op == "output"][0].args[0]
+    shapes = [n.meta["val"].shape for n in out]
+    T = shapes[0][0]
+    assert isinstance(T, torch.SymInt)
+    assert [tuple(s) for s in shapes[1:]][:3] == [(T, -(-m.experts // 8)), (T, m.topk),
+                                                  (T, m.topk)]

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 import moegen
-from conftest import SIGMOID, SOFTMAX, needs_cuda
+from conftest import QB, SIGMOID, SOFTMAX, needs_cuda
 
 pytestmark = needs_cuda
 
@@ -51,10 +51,10 @@ def run_eager(moe, x, logits, dyw):
     return [y.detach().clone()] + [g.clone() for g in grads(moe, x, logits)]
 
 
-def reference(cfg, x, logits, bias, w1, w2):
-    """The layer in fp32 (SPEC.md 1 routing, ties by value descending then id
-    ascending; SwiGLU experts; weighted sum), differentiable in x, logits,
-    w1, w2."""
+def route(cfg, logits, bias):
+    """SPEC.md 1 routing in fp32, ties by value descending then id
+    ascending: the selected experts idx [T, K] (value-descending) and their
+    scaled probs p [T, K], differentiable in logits."""
     T, E, K = logits.shape[0], logits.shape[1], cfg["topk"]
     lg = logits.float()
     if cfg["score"] == "softmax":
@@ -77,7 +77,14 @@ def reference(cfg, x, logits, bias, w1, w2):
         p = s.gather(1, idx)
         if K > 1:
             p = p / (p.sum(-1, keepdim=True) + 1e-20)
-    p = p * cfg.get("scaling", 1.0)
+    return idx, p * cfg.get("scaling", 1.0)
+
+
+def reference(cfg, x, logits, bias, w1, w2):
+    """The layer in fp32 (route(); SwiGLU experts; weighted sum),
+    differentiable in x, logits, w1, w2."""
+    idx, p = route(cfg, logits, bias)
+    T, E = logits.shape
     y = torch.zeros(T, x.shape[1], device=x.device)
     xf, w1f, w2f = x.float(), w1.float(), w2.float()
     for e in range(E):
@@ -138,7 +145,8 @@ def test_opcheck():
     with torch.no_grad():
         y, saved = torch.ops.moegen.layer_fwd(*args)
     dy = torch.randn_like(y)
-    torch.library.opcheck(torch.ops.moegen.layer_bwd.default, (key, dy, moe.w1, moe.w2, saved))
+    w1, w2 = moe.w1.detach(), moe.w2.detach()  # layer_bwd has no autograd of its own
+    torch.library.opcheck(torch.ops.moegen.layer_bwd.default, (key, dy, w1, w2, saved))
 
 
 def test_compiled_training_step():
@@ -191,3 +199,122 @@ def test_reduce_overhead():
                 assert_same(f"{what} (call {i})", a, b)
     assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
     assert dict(counters["graph_break"]) == {}
+
+
+# ---------------------------------------------------------------- the router
+
+
+def router_tol(dtype, E):
+    """SPEC.md 6: fp32 router tolerances; bf16 outputs one bf16 rounding."""
+    if dtype == torch.float32:
+        return dict(atol=max(1e-5, 4e-7 * E), rtol=max(1.3e-6, 4e-7 * E))
+    return dict(atol=1e-5, rtol=1.6e-2)
+
+
+@pytest.mark.parametrize("config", [SIGMOID, SOFTMAX], ids=["sigmoid", "softmax"])
+@pytest.mark.parametrize("T", [0, 1, 333])
+def test_router_vs_reference(config, T):
+    moe = make_moe(config)
+    m, bias = moe.module, moe.expert_bias
+    _, logits, _ = make_inputs(moe, T, seed=300 + T)
+    E, K = m.experts, m.topk
+    probs, bmap, idx, weights, inter, counts = torch.ops.moegen.router_fwd(m.key, logits, bias,
+                                                                          "bytemap")
+    _, bits, idx2, *_ = torch.ops.moegen.router_fwd(m.key, logits.detach(), bias, "bitmap")
+    ridx, rp = route(config, logits.detach(), bias)
+    assert torch.equal(idx.long(), ridx), "topk_indices (value-descending order)"
+    assert torch.equal(idx, idx2)
+    want_map = torch.zeros(T, E, dtype=torch.bool, device="cuda").scatter(1, ridx, True)
+    assert torch.equal(bmap, want_map)
+    packed = (want_map.view(T, -1, 8).to(torch.int32) << torch.arange(8, device="cuda")).sum(-1)
+    assert torch.equal(bits, packed.to(torch.uint8)) if E % 8 == 0 else bits.shape == (T, -(-E // 8))
+    assert torch.equal(counts, want_map.sum(0, dtype=torch.int32))
+    tol = router_tol(m.logits_dtype, E)
+    torch.testing.assert_close(weights, rp, **router_tol(torch.float32, E))
+    dense = torch.zeros(T, E, device="cuda").scatter(1, ridx, rp)
+    torch.testing.assert_close(probs.float(), dense, **tol)
+    assert torch.equal(probs.gather(1, idx.long()), weights.to(m.logits_dtype))
+    # backward through both outputs: probs (dense) and topk_weights (compact)
+    g = torch.Generator("cuda").manual_seed(7)
+    gp = torch.randn(T, E, device="cuda", generator=g).to(m.logits_dtype)
+    gw = torch.randn(T, K, device="cuda", generator=g)
+    ((probs.float() * gp.float()).sum() + (weights * gw).sum()).backward()
+    lr = logits.detach().clone().requires_grad_(True)
+    ridx2, rp2 = route(config, lr, bias)
+    dense2 = torch.zeros(T, E, device="cuda").scatter(1, ridx2, rp2)
+    ((dense2 * gp.float()).sum() + (rp2 * gw).sum()).backward()
+    assert_close(f"router dlogits (T={T})", logits.grad, lr.grad)
+
+
+def test_router_into_and_opcheck():
+    """router_fwd_into overwrites the caller's int16 indices (as router_fwd
+    writes them); opcheck on the three router ops."""
+    moe = make_moe(SIGMOID)
+    m, bias = moe.module, moe.expert_bias
+    _, logits, _ = make_inputs(moe, 257, seed=5)
+    logits = logits.detach()
+    probs, _, idx, weights, inter, counts = torch.ops.moegen.router_fwd(m.key, logits, bias,
+                                                                       "bytemap")
+    buf = torch.full((257, m.topk), -7, dtype=torch.int16, device="cuda")
+    p2, w2, i2, c2, cut = torch.ops.moegen.router_fwd_into(m.key, logits, bias, buf, None, None)
+    assert torch.equal(buf, idx.to(torch.int16)) and cut.shape == (0,)
+    for a, b in ((probs, p2), (weights, w2), (inter, i2), (counts, c2)):
+        assert torch.equal(a, b)
+    lg = logits.clone().requires_grad_(True)
+    torch.library.opcheck(torch.ops.moegen.router_fwd.default, (m.key, lg, bias, "bitmap"))
+    torch.library.opcheck(torch.ops.moegen.router_fwd_into.default,
+                          (m.key, logits, bias, buf, None, None))
+    gw = torch.randn_like(weights)
+    gp = torch.randn_like(probs)
+    torch.library.opcheck(torch.ops.moegen.router_bwd.default, (m.key, gp, gw, inter, idx))
+
+
+class QBRouter(torch.nn.Module):
+    """The router's caller-owned state as buffers (static addresses, as
+    CUDA graphs need for mutated inputs): the index buffer the router
+    overwrites and the QB histogram it accumulates."""
+
+    def __init__(self, moe, T, bins):
+        super().__init__()
+        self.key, self.bias = moe.module.key, moe.expert_bias
+        m = moe.module
+        self.register_buffer("idx", torch.full((T, m.topk), -1, dtype=torch.int32, device="cuda"))
+        self.register_buffer("hist", torch.zeros(m.experts, bins, dtype=torch.int32,
+                                                 device="cuda"))
+        self.register_buffer("bounds", torch.tensor([-1.0, 2.0], device="cuda"))
+
+    def forward(self, logits):
+        probs, weights, inter, counts, cutoff = torch.ops.moegen.router_fwd_into(
+            self.key, logits, self.bias, self.idx, self.hist, self.bounds)
+        return probs, cutoff
+
+
+def test_router_compiled_mutations():
+    """Compiled (fullgraph; then mode="reduce-overhead", CUDA graphs): the
+    index buffer overwritten and the QB histogram accumulated on every call
+    / replay exactly as in eager."""
+    moe = make_moe(QB)
+    T, bins = 384, 32
+    for mode in ["default", "reduce-overhead"]:
+        torch._dynamo.reset()
+        counters.clear()
+        eager, comp, fresh = (QBRouter(moe, T, bins) for _ in range(3))
+        compiled = torch.compile(comp, fullgraph=True, mode=mode)
+        for i in range(4):
+            _, logits, _ = make_inputs(moe, T, seed=400 + i)
+            logits = logits.detach()
+            before = comp.hist.clone()
+            fresh.hist.zero_()
+            fresh(logits)  # this call's histogram alone
+            comp.idx.fill_(-2)
+            pe, ce = eager(logits)
+            pc, cc = compiled(logits)
+            assert torch.equal(eager.idx, comp.idx), f"{mode}: indices, call {i}"
+            assert torch.equal(comp.idx, fresh.idx), f"{mode}: indices, call {i}"
+            assert torch.equal(pe, pc) and torch.equal(ce, cc), f"{mode}: outputs, call {i}"
+            assert torch.equal(comp.hist, before + fresh.hist), f"{mode}: histogram, call {i}"
+            assert torch.equal(eager.hist, comp.hist), f"{mode}: histogram, call {i}"
+            assert fresh.hist.sum().item() > 0
+        assert dict(counters["graph_break"]) == {}
+        if mode == "reduce-overhead":
+            assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
