@@ -243,3 +243,12 @@ moegen_status mgp_router_bwd(moegen_module *m, int64_t T, const void *grad_probs
                               .grad_logits = grad_logits};
   return moegen_router_bwd(m, &a, stream);
 }
+
+/* moegen_jit_warm with the message in why instead of a moegen_error. */
+moegen_status mgp_jit_warm(const moegen_config *c, const char *arch, int *compiled, char *why,
+                           size_t why_size) {
+  moegen_error err = {0};
+  moegen_status st = moegen_jit_warm(c, arch, compiled, &err);
+  if (st != MOEGEN_OK) report(&err, why, why_size);
+  return st;
+}

@@ -30,6 +30,7 @@ _PROTOTYPES = {
     "mgp_image_new": (_int, [_p, _str, _c.POINTER(_p), _str, _size]),
     "mgp_image_free": (None, [_p]),
     "mgp_jit": (_int, [_p, _str, _c.POINTER(_p), _str, _size]),
+    "mgp_jit_warm": (_int, [_p, _str, _c.POINTER(_int), _str, _size]),
     "mgp_bind_device": (_int, [_int, _str, _size]),
     "mgp_layer_bytes": (_int, [_p, _i64, _c.POINTER(_i64), _c.POINTER(_i64)]),
     "mgp_layer_fwd": (_int, [_p, _i64] + [_p] * 7 + [_i64, _p, _i64, _p]),

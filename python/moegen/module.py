@@ -198,6 +198,18 @@ class Module:
             else torch.device(device)
         self.check(lib.moegen_module_load(self.handle(device)), "moegen_module_load")
 
+    def warm(self):
+        """Fills the JIT disk cache with this module's kernels for its arch
+        without a GPU or a driver (moegen_jit_warm; NVRTC only), e.g. while
+        building a container image. Returns how many kernels it compiled
+        (the others were cached)."""
+        why, n = why_buffer()
+        compiled = ctypes.c_int()
+        st = lib.mgp_jit_warm(self._cfg, self.arch.encode(), ctypes.byref(compiled), why, n)
+        if st != MOEGEN_OK:
+            raise MoegenError("moegen_jit_warm", st, why.value.decode())
+        return compiled.value
+
     def check(self, status, what):
         """Raises MoegenError with the module's last error unless status is OK."""
         if status != MOEGEN_OK:

@@ -221,3 +221,17 @@ def test_router_symbolic_T(sig_module):
     assert isinstance(T, torch.SymInt)
     assert [tuple(s) for s in shapes[1:]][:3] == [(T, -(-m.experts // 8)), (T, m.topk),
                                                   (T, m.topk)]
+
+
+def test_warm(tmp_path, monkeypatch):
+    """Module.warm fills the JIT cache without a GPU (NVRTC only); a second
+    warm compiles nothing."""
+    monkeypatch.setenv("MOEGEN_CACHE_DIR", str(tmp_path))
+    m = moegen.Module(SOFTMAX, arch="sm_90a")
+    try:
+        first = m.warm()
+    except moegen.MoegenError as e:
+        if "NO_NVRTC" in str(e):
+            pytest.skip(f"no NVRTC here: {e}")
+        raise
+    assert first > 0 and m.warm() == 0
