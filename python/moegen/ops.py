@@ -52,10 +52,14 @@ def _check_layer_inputs(m, x, logits, expert_bias, w1, w2):
 
 
 def _check_contiguous(**tensors):
+    """Every given tensor contiguous and on one CUDA device."""
+    device = None
     for name, t in tensors.items():
         if t is not None:
             _check(t.is_contiguous(), f"{name}: must be contiguous")
             _check(t.is_cuda, f"{name}: must be a CUDA tensor")
+            device = device or t.device
+            _check(t.device == device, f"{name}: on {t.device}, the other tensors on {device}")
 
 
 # ---------------------------------------------------------------- the layer
