@@ -252,3 +252,88 @@ moegen_status mgp_jit_warm(const moegen_config *c, const char *arch, int *compil
   if (st != MOEGEN_OK) report(&err, why, why_size);
   return st;
 }
+
+/* ---------------------------------------------------------------- permutation */
+
+/* The moegen_dtype value of a dtype name ("fp32", "bf16", "fp16"), or -1. */
+int mgp_dtype(const char *name) {
+#define MGP_DTYPE_(e, n, value, bytes) if (!strcmp(name, #n)) return value;
+  MOEGEN_DTYPES(MGP_DTYPE_)
+#undef MGP_DTYPE_
+  return -1;
+}
+
+/* One output's shape of moegen_permute_shape_of(T, align, capacity) by its
+ * field name ("rows", "permuted_probs", "row_map", "offsets", "counts") into
+ * dims[2], or "workspace_bytes" into dims[0]; returns the rank (1 or 2), 0
+ * for an unknown name, or minus the shape function's status. */
+int mgp_permute_shape(const moegen_image *img, int64_t T, int align, int capacity,
+                      const char *name, int64_t *dims) {
+  moegen_permute_shape sh;
+  moegen_status st = moegen_permute_shape_of(img, T, align, capacity, &sh);
+  if (st != MOEGEN_OK) return -(int)st;
+  if (!strcmp(name, "workspace_bytes")) {
+    dims[0] = (int64_t)sh.workspace_bytes;
+    return 1;
+  }
+#define MGP_DIMS_(f)                                      \
+  if (!strcmp(name, #f)) {                                \
+    memcpy(dims, sh.f, sizeof sh.f);                      \
+    return (int)(sizeof sh.f / sizeof sh.f[0]);           \
+  }
+  MGP_DIMS_(rows) MGP_DIMS_(permuted_probs) MGP_DIMS_(row_map) MGP_DIMS_(offsets)
+  MGP_DIMS_(counts)
+#undef MGP_DIMS_
+  return 0;
+}
+
+/* moegen_permute_fwd (shapes as in moegen_permute_args). */
+moegen_status mgp_permute_fwd(moegen_module *m, int64_t T, int dtype, const void *x,
+                              const int32_t *topk_indices, const uint8_t *routing_map,
+                              const float *probs, const int32_t *expert_counts, int align,
+                              int capacity, void *rows, float *permuted_probs, int32_t *row_map,
+                              int32_t *offsets, int32_t *counts, int32_t *num_dropped,
+                              void *workspace, int64_t workspace_bytes, CUstream stream) {
+  moegen_permute_args a = {.num_tokens = T, .dtype = (moegen_dtype)dtype, .x = x,
+                           .topk_indices = topk_indices, .routing_map = routing_map,
+                           .probs = probs, .expert_counts = expert_counts, .align = align,
+                           .capacity = capacity, .rows = rows, .permuted_probs = permuted_probs,
+                           .row_map = row_map, .offsets = offsets, .counts = counts,
+                           .num_dropped = num_dropped, .workspace = workspace,
+                           .workspace_bytes = (size_t)workspace_bytes};
+  return moegen_permute_fwd(m, &a, stream);
+}
+
+/* moegen_permute_bwd. */
+moegen_status mgp_permute_bwd(moegen_module *m, int64_t T, int dtype, const void *grad_rows,
+                              const int32_t *row_map, void *grad_x,
+                              const float *grad_permuted_probs, const uint8_t *routing_map,
+                              float *grad_probs, CUstream stream) {
+  moegen_permute_bwd_args a = {.num_tokens = T, .dtype = (moegen_dtype)dtype,
+                               .grad_rows = grad_rows, .row_map = row_map, .grad_x = grad_x,
+                               .grad_permuted_probs = grad_permuted_probs,
+                               .routing_map = routing_map, .grad_probs = grad_probs};
+  return moegen_permute_bwd(m, &a, stream);
+}
+
+/* moegen_unpermute_fwd. */
+moegen_status mgp_unpermute_fwd(moegen_module *m, int64_t T, int dtype, const void *rows,
+                                const int32_t *row_map, const float *merging_probs, void *out,
+                                CUstream stream) {
+  moegen_unpermute_args a = {.num_tokens = T, .dtype = (moegen_dtype)dtype, .rows = rows,
+                             .row_map = row_map, .merging_probs = merging_probs, .out = out};
+  return moegen_unpermute_fwd(m, &a, stream);
+}
+
+/* moegen_unpermute_bwd. */
+moegen_status mgp_unpermute_bwd(moegen_module *m, int64_t T, int64_t R, int dtype,
+                                const void *grad_out, const int32_t *row_map,
+                                const int32_t *offsets, const int32_t *counts,
+                                const float *merging_probs, const void *rows, void *grad_rows,
+                                float *grad_probs, CUstream stream) {
+  moegen_unpermute_bwd_args a = {.num_tokens = T, .num_rows = R, .dtype = (moegen_dtype)dtype,
+                                 .grad_out = grad_out, .row_map = row_map, .offsets = offsets,
+                                 .counts = counts, .merging_probs = merging_probs, .rows = rows,
+                                 .grad_rows = grad_rows, .grad_probs = grad_probs};
+  return moegen_unpermute_bwd(m, &a, stream);
+}

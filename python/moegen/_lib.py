@@ -39,6 +39,13 @@ _PROTOTYPES = {
     "mgp_router_fwd_shape": (_int, [_p, _i64, _str, _c.POINTER(_i64)]),
     "mgp_router_fwd": (_int, [_p, _i64] + [_p] * 6 + [_int] + [_p] * 4 + [_int, _p, _p, _p]),
     "mgp_router_bwd": (_int, [_p, _i64] + [_p] * 6 + [_int, _p, _p]),
+    "mgp_dtype": (_int, [_str]),
+    "mgp_permute_shape": (_int, [_p, _i64, _int, _int, _str, _c.POINTER(_i64)]),
+    "mgp_permute_fwd": (_int, [_p, _i64, _int] + [_p] * 5 + [_int, _int] + [_p] * 7
+                        + [_i64, _p]),
+    "mgp_permute_bwd": (_int, [_p, _i64, _int] + [_p] * 7),
+    "mgp_unpermute_fwd": (_int, [_p, _i64, _int] + [_p] * 5),
+    "mgp_unpermute_bwd": (_int, [_p, _i64, _i64, _int] + [_p] * 9),
 }
 
 

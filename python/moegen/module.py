@@ -165,6 +165,26 @@ class Module:
             cache[name] = _affine_dims(lambda t: self.router_fwd_shape(name, t))
         return cache[name]
 
+    def permute_shape(self, name, num_tokens, align=1):
+        """One output's shape of moegen_permute_shape_of(T, align, capacity =
+        0) by its field name ("rows", "permuted_probs", "row_map", "offsets",
+        "counts"; "workspace_bytes" as a 1-tuple, concrete T only), as a
+        tuple. Works on a SymInt (dims affine in T, _affine_dims)."""
+        if not isinstance(num_tokens, int):
+            key = (name, align)
+            cache = self.__dict__.setdefault("_permute_ab", {})
+            if key not in cache:
+                cache[key] = _affine_dims(lambda t: self.permute_shape(name, t, align))
+            return tuple(a * num_tokens + b for a, b in cache[key])
+        dims = (ctypes.c_int64 * 2)()
+        rank = lib.mgp_permute_shape(self._image, num_tokens, align, 0, name.encode(), dims)
+        if rank < 0:
+            raise MoegenError("moegen_permute_shape_of", -rank,
+                              f"align = {align} (1 or a power of two <= 128)")
+        if rank == 0:
+            raise ValueError(f"moegen: the permutation has no output {name!r}")
+        return tuple(dims[:rank])
+
     # ------------------------------------------------------------ the JIT module
 
     def handle(self, device):

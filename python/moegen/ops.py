@@ -368,3 +368,240 @@ def _contiguous(t):
 
 torch.library.register_autograd("moegen::router_fwd", _router_backward,
                                 setup_context=_router_setup_context)
+
+
+# ---------------------------------------------------------------- permutation (SPEC.md 4)
+
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _dtype_code(t):
+    _check(t.dtype in _DTYPE_NAMES, f"dtype {t.dtype}: expected fp32, bf16 or fp16")
+    return lib.mgp_dtype(_DTYPE_NAMES[t.dtype].encode())
+
+
+def _check_permute_fwd(m, x, topk_indices, routing_map, probs, expert_counts):
+    _check(x.dim() == 2 and x.shape[1] == m.hidden, f"x: [T, H = {m.hidden}] expected, got "
+           f"shape {tuple(x.shape)}")
+    _check(x.dtype in _DTYPE_NAMES, f"x: dtype {x.dtype}, expected fp32, bf16 or fp16")
+    T, E, K = x.shape[0], m.experts, m.topk
+    _check((topk_indices is None) != (routing_map is None),
+           "permute_fwd: give exactly one of topk_indices and routing_map")
+    if topk_indices is not None:
+        _check_tensor("topk_indices", topk_indices, (T, K), torch.int32)
+    else:
+        _check_tensor("routing_map", routing_map, (T, E), torch.bool)
+    if probs is not None:
+        _check_tensor("probs", probs, (T, K) if topk_indices is not None else (T, E),
+                      torch.float32)
+    if expert_counts is not None:
+        _check_tensor("expert_counts", expert_counts, (E,), torch.int32)
+    return T
+
+
+def _permute_outputs(m, T, x, align, with_probs):
+    s = lambda name: m.permute_shape(name, T, align)  # noqa: E731
+    return (x.new_empty(s("rows")),
+            x.new_empty(s("permuted_probs") if with_probs else (0,), dtype=torch.float32),
+            x.new_empty(s("row_map"), dtype=torch.int32),
+            x.new_empty(s("offsets"), dtype=torch.int32),
+            x.new_empty(s("counts"), dtype=torch.int32))
+
+
+@torch.library.custom_op("moegen::permute_fwd", mutates_args=(), device_types="cuda")
+def permute_fwd(module: str, x: Tensor, topk_indices: Optional[Tensor],
+                routing_map: Optional[Tensor], probs: Optional[Tensor],
+                expert_counts: Optional[Tensor], align: int) -> Tuple[Tensor, Tensor, Tensor,
+                                                                      Tensor, Tensor]:
+    """moe_permute (moegen_permute_fwd, SPEC.md 4; no capacity): x [T, H]
+    (fp32, bf16 or fp16) to expert-major rows [R, H] (R = T*K + E*(align -
+    1)), routed by exactly one of topk_indices [T, K] int32 or routing_map
+    [T, E] bool, with probs ([T, K] or [T, E] fp32, or None) permuted along
+    and expert_counts [E] int32 (the router's, or None: counted here).
+    align: 1 or a power of two <= 128 (each expert's rows padded with zero
+    rows to a multiple). Returns rows, permuted_probs [R] fp32 ([0] without
+    probs), row_map [T, K] int32 (the row of route (t, k)), offsets [E + 1]
+    int32, counts [E] int32. Differentiable in x and probs."""
+    m = module_of(module)
+    T = _check_permute_fwd(m, x, topk_indices, routing_map, probs, expert_counts)
+    _check_contiguous(x=x, topk_indices=topk_indices, routing_map=routing_map, probs=probs,
+                      expert_counts=expert_counts)
+    rows, pprobs, row_map, offsets, counts = _permute_outputs(m, T, x, align, probs is not None)
+    (ws_bytes,) = m.permute_shape("workspace_bytes", T, align)
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=x.device)
+    h = m.handle(x.device)
+    m.check(lib.mgp_permute_fwd(h, T, _dtype_code(x), _ptr(x), _ptr(topk_indices),
+                                _ptr(routing_map), _ptr(probs), _ptr(expert_counts), align, 0,
+                                _ptr(rows), _ptr(pprobs), _ptr(row_map), offsets.data_ptr(),
+                                counts.data_ptr(), None, _ptr(ws), ws_bytes, _stream(x.device)),
+            "moegen_permute_fwd")
+    return rows, pprobs, row_map, offsets, counts
+
+
+@permute_fwd.register_fake
+def _(module, x, topk_indices, routing_map, probs, expert_counts, align):
+    m = module_of(module)
+    T = _check_permute_fwd(m, x, topk_indices, routing_map, probs, expert_counts)
+    return _permute_outputs(m, T, x, align, probs is not None)
+
+
+@torch.library.custom_op("moegen::permute_bwd", mutates_args=(), device_types="cuda")
+def permute_bwd(module: str, grad_rows: Tensor, row_map: Tensor,
+                grad_permuted_probs: Optional[Tensor],
+                routing_map: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """Backward of permute_fwd (moegen_permute_bwd): grad_x [T, H] (the
+    dtype of grad_rows [R, H]) = the sum of each token's route rows, and,
+    with grad_permuted_probs [R] fp32, grad_probs [T, K] fp32 (indices
+    routing) or [T, E] (routing_map [T, E] bool given); else grad_probs is
+    [0]."""
+    m = module_of(module)
+    T = _check_permute_bwd(m, grad_rows, row_map, grad_permuted_probs, routing_map)
+    _check_contiguous(grad_rows=grad_rows, row_map=row_map,
+                      grad_permuted_probs=grad_permuted_probs, routing_map=routing_map)
+    grad_x, grad_probs = _permute_bwd_outputs(m, T, grad_rows, grad_permuted_probs, routing_map)
+    h = m.handle(grad_rows.device)
+    m.check(lib.mgp_permute_bwd(h, T, _dtype_code(grad_rows), _ptr(grad_rows), _ptr(row_map),
+                                _ptr(grad_x), _ptr(grad_permuted_probs), _ptr(routing_map),
+                                _ptr(grad_probs), _stream(grad_rows.device)),
+            "moegen_permute_bwd")
+    return grad_x, grad_probs
+
+
+def _check_permute_bwd(m, grad_rows, row_map, grad_permuted_probs, routing_map):
+    _check(row_map.dim() == 2, "row_map: [T, K] expected")
+    T = row_map.shape[0]
+    _check_tensor("row_map", row_map, (T, m.topk), torch.int32)
+    _check(grad_rows.dim() == 2 and grad_rows.shape[1] == m.hidden, "grad_rows: [R, H] expected")
+    _check(grad_rows.dtype in _DTYPE_NAMES, f"grad_rows: dtype {grad_rows.dtype}")
+    if grad_permuted_probs is not None:
+        _check_tensor("grad_permuted_probs", grad_permuted_probs, (grad_rows.shape[0],),
+                      torch.float32)
+    if routing_map is not None:
+        _check_tensor("routing_map", routing_map, (T, m.experts), torch.bool)
+    return T
+
+
+def _permute_bwd_outputs(m, T, grad_rows, grad_permuted_probs, routing_map):
+    if grad_permuted_probs is None:
+        gp_shape = (0,)
+    else:
+        gp_shape = (T, m.experts) if routing_map is not None else (T, m.topk)
+    return (grad_rows.new_empty(T, m.hidden),
+            grad_rows.new_empty(gp_shape, dtype=torch.float32))
+
+
+@permute_bwd.register_fake
+def _(module, grad_rows, row_map, grad_permuted_probs, routing_map):
+    m = module_of(module)
+    T = _check_permute_bwd(m, grad_rows, row_map, grad_permuted_probs, routing_map)
+    return _permute_bwd_outputs(m, T, grad_rows, grad_permuted_probs, routing_map)
+
+
+def _permute_setup_context(ctx, inputs, output):
+    module, _x, _idx, routing_map, probs, _counts, _align = inputs
+    ctx.module, ctx.has_probs = module, probs is not None
+    ctx.save_for_backward(output[2], routing_map)
+
+
+def _permute_backward(ctx, grad_rows, grad_pprobs, *_rest):
+    row_map, routing_map = ctx.saved_tensors
+    grad_x, grad_probs = torch.ops.moegen.permute_bwd(
+        ctx.module, grad_rows.contiguous(), row_map,
+        _contiguous(grad_pprobs) if ctx.has_probs else None, routing_map)
+    return None, grad_x, None, None, grad_probs if ctx.has_probs else None, None, None
+
+
+torch.library.register_autograd("moegen::permute_fwd", _permute_backward,
+                                setup_context=_permute_setup_context)
+
+
+def _check_unpermute(m, rows, row_map, offsets, counts, merging_probs):
+    _check(row_map.dim() == 2, "row_map: [T, K] expected")
+    T = row_map.shape[0]
+    _check_tensor("row_map", row_map, (T, m.topk), torch.int32)
+    _check(rows.dim() == 2 and rows.shape[1] == m.hidden, "rows: [R, H] expected")
+    _check(rows.dtype in _DTYPE_NAMES, f"rows: dtype {rows.dtype}")
+    _check_tensor("offsets", offsets, (m.experts + 1,), torch.int32)
+    _check_tensor("counts", counts, (m.experts,), torch.int32)
+    if merging_probs is not None:
+        _check_tensor("merging_probs", merging_probs, (T, m.topk), torch.float32)
+    return T
+
+
+@torch.library.custom_op("moegen::unpermute_fwd", mutates_args=(), device_types="cuda")
+def unpermute_fwd(module: str, rows: Tensor, row_map: Tensor, offsets: Tensor, counts: Tensor,
+                  merging_probs: Optional[Tensor]) -> Tensor:
+    """moe_unpermute (moegen_unpermute_fwd, SPEC.md 4b): out [T, H] (rows'
+    dtype) = sum_k merging_probs[t, k] * rows[row_map[t, k]] (1 without
+    merging_probs [T, K] fp32) over the routes with a row. offsets and
+    counts (permute_fwd's) are what the backward needs. Differentiable in
+    rows and merging_probs."""
+    m = module_of(module)
+    T = _check_unpermute(m, rows, row_map, offsets, counts, merging_probs)
+    _check_contiguous(rows=rows, row_map=row_map, offsets=offsets, counts=counts,
+                      merging_probs=merging_probs)
+    out = rows.new_empty(T, m.hidden)
+    h = m.handle(rows.device)
+    m.check(lib.mgp_unpermute_fwd(h, T, _dtype_code(rows), _ptr(rows), _ptr(row_map),
+                                  _ptr(merging_probs), _ptr(out), _stream(rows.device)),
+            "moegen_unpermute_fwd")
+    return out
+
+
+@unpermute_fwd.register_fake
+def _(module, rows, row_map, offsets, counts, merging_probs):
+    m = module_of(module)
+    T = _check_unpermute(m, rows, row_map, offsets, counts, merging_probs)
+    return rows.new_empty(T, m.hidden)
+
+
+@torch.library.custom_op("moegen::unpermute_bwd", mutates_args=(), device_types="cuda")
+def unpermute_bwd(module: str, grad_out: Tensor, rows: Tensor, row_map: Tensor, offsets: Tensor,
+                  counts: Tensor, merging_probs: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """Backward of unpermute_fwd (moegen_unpermute_bwd): grad_rows [R, H]
+    (merging_probs[t, k] * grad_out[t] at route rows, zeros elsewhere) and,
+    with merging_probs, grad_probs [T, K] fp32 = dot(grad_out[t],
+    rows[row]) (else [0])."""
+    m = module_of(module)
+    T = _check_unpermute(m, rows, row_map, offsets, counts, merging_probs)
+    _check_tensor("grad_out", grad_out, (T, m.hidden), rows.dtype)
+    _check_contiguous(grad_out=grad_out, rows=rows, row_map=row_map, offsets=offsets,
+                      counts=counts, merging_probs=merging_probs)
+    grad_rows = torch.empty_like(rows)
+    grad_probs = rows.new_empty((T, m.topk) if merging_probs is not None else (0,),
+                                dtype=torch.float32)
+    h = m.handle(rows.device)
+    m.check(lib.mgp_unpermute_bwd(h, T, rows.shape[0], _dtype_code(rows), _ptr(grad_out),
+                                  _ptr(row_map), offsets.data_ptr(), counts.data_ptr(),
+                                  _ptr(merging_probs), _ptr(rows), _ptr(grad_rows),
+                                  _ptr(grad_probs) if merging_probs is not None else None,
+                                  _stream(rows.device)), "moegen_unpermute_bwd")
+    return grad_rows, grad_probs
+
+
+@unpermute_bwd.register_fake
+def _(module, grad_out, rows, row_map, offsets, counts, merging_probs):
+    m = module_of(module)
+    T = _check_unpermute(m, rows, row_map, offsets, counts, merging_probs)
+    _check_tensor("grad_out", grad_out, (T, m.hidden), rows.dtype)
+    return (torch.empty_like(rows),
+            rows.new_empty((T, m.topk) if merging_probs is not None else (0,),
+                           dtype=torch.float32))
+
+
+def _unpermute_setup_context(ctx, inputs, output):
+    module, rows, row_map, offsets, counts, merging_probs = inputs
+    ctx.module, ctx.has_probs = module, merging_probs is not None
+    ctx.save_for_backward(rows, row_map, offsets, counts, merging_probs)
+
+
+def _unpermute_backward(ctx, grad_out):
+    rows, row_map, offsets, counts, merging_probs = ctx.saved_tensors
+    grad_rows, grad_probs = torch.ops.moegen.unpermute_bwd(ctx.module, grad_out.contiguous(),
+                                                           rows, row_map, offsets, counts,
+                                                           merging_probs)
+    return None, grad_rows, None, None, None, grad_probs if ctx.has_probs else None
+
+
+torch.library.register_autograd("moegen::unpermute_fwd", _unpermute_backward,
+                                setup_context=_unpermute_setup_context)

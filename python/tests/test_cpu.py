@@ -235,3 +235,58 @@ def test_warm(tmp_path, monkeypatch):
             pytest.skip(f"no NVRTC here: {e}")
         raise
     assert first > 0 and m.warm() == 0
+
+
+@pytest.mark.parametrize("align", [1, 16])
+def test_permute_fake_shapes(sig_module, align):
+    m = sig_module
+    E, K, H = m.experts, m.topk, m.hidden
+    for T in (0, 1, 777):
+        x = torch.empty(T, H, dtype=torch.bfloat16, device="meta")
+        idx = torch.empty(T, K, dtype=torch.int32, device="meta")
+        probs = torch.empty(T, K, device="meta")
+        rows, pp, row_map, offsets, counts = torch.ops.moegen.permute_fwd(m.key, x, idx, None,
+                                                                          probs, None, align)
+        R = T * K + E * (align - 1)
+        assert [tuple(t.shape) for t in (rows, pp, row_map, offsets, counts)] == [
+            (R, H), (R,), (T, K), (E + 1,), (E,)]
+        assert rows.dtype == x.dtype and row_map.dtype == torch.int32
+        out = torch.ops.moegen.unpermute_fwd(m.key, rows, row_map, offsets, counts, probs)
+        assert (out.shape, out.dtype) == ((T, H), x.dtype)
+        gx, gp = torch.ops.moegen.permute_bwd(m.key, rows, row_map, pp, None)
+        assert (gx.shape, gp.shape) == ((T, H), (T, K))
+        gr, gq = torch.ops.moegen.unpermute_bwd(m.key, out, rows, row_map, offsets, counts, probs)
+        assert (gr.shape, gq.shape) == ((R, H), (T, K))
+    bmap = torch.empty(5, E, dtype=torch.bool, device="meta")
+    x = torch.empty(5, H, dtype=torch.float32, device="meta")
+    rows, pp, *_ = torch.ops.moegen.permute_fwd(m.key, x, None, bmap, None, None, align)
+    assert rows.dtype == torch.float32 and pp.shape == (0,)
+    with pytest.raises(ValueError, match="exactly one"):
+        torch.ops.moegen.permute_fwd(m.key, x, None, None, None, None, align)
+
+
+def test_permute_compile_meta(sig_module):
+    """permute -> unpermute compiled over the fakes: fullgraph, one graph for
+    three T, gradients of x and probs through both backward ops."""
+    from torch._dynamo.utils import counters
+
+    m = sig_module
+
+    def f(x, idx, probs):
+        rows, _, row_map, offsets, counts = torch.ops.moegen.permute_fwd(m.key, x, idx, None,
+                                                                         None, None, 16)
+        return torch.ops.moegen.unpermute_fwd(m.key, rows, row_map, offsets, counts, probs)
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    for T in (1024, 3000, 8192):
+        x = torch.empty(T, m.hidden, dtype=torch.bfloat16, device="meta", requires_grad=True)
+        probs = torch.empty(T, m.topk, device="meta", requires_grad=True)
+        idx = torch.empty(T, m.topk, dtype=torch.int32, device="meta")
+        for t in (x, probs, idx):
+            torch._dynamo.mark_dynamic(t, 0)
+        compiled(x, idx, probs).float().sum().backward()
+        assert x.grad.shape == x.shape and probs.grad.shape == probs.shape
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])

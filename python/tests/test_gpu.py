@@ -320,3 +320,80 @@ def test_router_compiled_mutations():
         assert dict(counters["graph_break"]) == {}
         if mode == "reduce-overhead":
             assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+
+
+# ---------------------------------------------------------------- permutation
+
+
+def routes(T, E, K, seed):
+    """Random distinct expert ids [T, K] int32 per token."""
+    g = torch.Generator("cuda").manual_seed(seed)
+    return torch.rand(T, E, device="cuda", generator=g).argsort(-1)[:, :K].to(torch.int32).contiguous()
+
+
+@pytest.mark.parametrize("align", [1, 16])
+@pytest.mark.parametrize("T", [0, 1, 333])
+def test_permute_vs_reference(align, T):
+    moe = make_moe(SIGMOID)
+    m = moe.module
+    E, K, H = m.experts, m.topk, m.hidden
+    x, _, _ = make_inputs(moe, T, seed=500 + T)
+    idx = routes(T, E, K, seed=T)
+    g = torch.Generator("cuda").manual_seed(9)
+    probs = torch.rand(T, K, device="cuda", generator=g).requires_grad_(True)
+    rows, pp, row_map, offsets, counts = torch.ops.moegen.permute_fwd(m.key, x, idx, None, probs,
+                                                                      None, align)
+    # the layout (SPEC.md 4): expert-major, token order inside an expert, pads of zeros
+    want_counts = torch.bincount(idx.flatten().long(), minlength=E).to(torch.int32)
+    padded = (want_counts + align - 1) // align * align
+    want_offsets = torch.cat([padded.new_zeros(1), padded.cumsum(0).to(torch.int32)])
+    assert torch.equal(counts, want_counts) and torch.equal(offsets, want_offsets)
+    flat = idx.flatten().long()
+    order = torch.sort(flat, stable=True)[1]
+    start = torch.cumsum(want_counts, 0) - want_counts
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device="cuda") - start[flat[order]]
+    want_rows = (want_offsets[flat] + rank).to(torch.int32).view(T, K)
+    assert torch.equal(row_map, want_rows), "row_map"
+    tok = torch.arange(T, device="cuda").repeat_interleave(K)
+    assert torch.equal(rows[want_rows.flatten().long()], x.detach()[tok]), "route rows"
+    is_route = torch.zeros(rows.shape[0], dtype=torch.bool, device="cuda")
+    is_route[want_rows.flatten().long()] = True
+    assert (rows[~is_route] == 0).all() and (pp[~is_route] == 0).all(), "pad rows"
+    assert torch.equal(pp[want_rows.flatten().long()], probs.detach().flatten())
+    out = torch.ops.moegen.unpermute_fwd(m.key, rows, row_map, offsets, counts, probs)
+    gout = torch.randn(T, H, device="cuda", generator=g).to(x.dtype).float()
+    gpp = torch.randn(rows.shape[0], device="cuda", generator=g)
+    ((out.float() * gout).sum() + (pp * gpp).sum()).backward()
+    xr = x.detach().float().requires_grad_(True)
+    pr = probs.detach().clone().requires_grad_(True)
+    out_r = (xr[:, None, :] * pr[..., None]).sum(1)
+    ((out_r * gout).sum() + (pr * gpp[want_rows.long()]).sum()).backward()
+    assert_close(f"unpermute out (T={T})", out, out_r.detach())
+    assert_close(f"permute/unpermute dx (T={T})", x.grad, xr.grad)
+    torch.testing.assert_close(probs.grad, pr.grad, rtol=1e-2, atol=1e-3)
+
+
+def test_permute_opcheck():
+    moe = make_moe(SIGMOID)
+    m = moe.module
+    T = 129
+    x, _, _ = make_inputs(moe, T, seed=3)
+    idx = routes(T, m.experts, m.topk, seed=4)
+    probs = torch.rand(T, m.topk, device="cuda", requires_grad=True)
+    torch.library.opcheck(torch.ops.moegen.permute_fwd.default,
+                          (m.key, x, idx, None, probs, None, 16))
+    bmap = torch.zeros(T, m.experts, dtype=torch.bool, device="cuda").scatter(1, idx.long(), True)
+    torch.library.opcheck(torch.ops.moegen.permute_fwd.default,
+                          (m.key, x.detach(), None, bmap, None, None, 1))
+    with torch.no_grad():
+        rows, pp, row_map, offsets, counts = torch.ops.moegen.permute_fwd(m.key, x, idx, None,
+                                                                          probs, None, 16)
+    rows_g = rows.clone().requires_grad_(True)
+    torch.library.opcheck(torch.ops.moegen.unpermute_fwd.default,
+                          (m.key, rows_g, row_map, offsets, counts, probs))
+    gout = torch.randn(T, m.hidden, device="cuda").to(rows.dtype)
+    torch.library.opcheck(torch.ops.moegen.unpermute_bwd.default,
+                          (m.key, gout, rows, row_map, offsets, counts, probs.detach()))
+    torch.library.opcheck(torch.ops.moegen.permute_bwd.default,
+                          (m.key, rows, row_map, torch.randn_like(pp), None))
