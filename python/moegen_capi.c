@@ -337,3 +337,58 @@ moegen_status mgp_unpermute_bwd(moegen_module *m, int64_t T, int64_t R, int dtyp
                                  .grad_rows = grad_rows, .grad_probs = grad_probs};
   return moegen_unpermute_bwd(m, &a, stream);
 }
+
+/* ---------------------------------------------------------------- grouped GEMM */
+
+/* One shape of moegen_gemm_fwd_shape_of(which, max_rows) by its field name
+ * ("x", "w", "y", "counts"; "workspace_bytes" into dims[0]) into dims[3];
+ * returns the rank, 0 for an unknown name, or minus the status. */
+int mgp_gemm_shape(const moegen_image *img, int which, int64_t max_rows, const char *name,
+                   int64_t *dims) {
+  moegen_gemm_fwd_shape sh;
+  moegen_status st = moegen_gemm_fwd_shape_of(img, (moegen_gemm_id)which, max_rows, &sh);
+  if (st != MOEGEN_OK) return -(int)st;
+  if (!strcmp(name, "workspace_bytes")) {
+    dims[0] = (int64_t)sh.workspace_bytes;
+    return 1;
+  }
+#define MGP_DIMS_(f)                                      \
+  if (!strcmp(name, #f)) {                                \
+    memcpy(dims, sh.f, sizeof sh.f);                      \
+    return (int)(sizeof sh.f / sizeof sh.f[0]);           \
+  }
+  MGP_DIMS_(x) MGP_DIMS_(w) MGP_DIMS_(y) MGP_DIMS_(counts)
+#undef MGP_DIMS_
+  return 0;
+}
+
+/* moegen_gemm_fwd (shapes as in moegen_gemm_fwd_args). */
+moegen_status mgp_gemm_fwd(moegen_module *m, int which, int64_t max_rows, const void *x,
+                           const void *w, void *y, const int32_t *counts, const int32_t *offsets,
+                           void *workspace, int64_t workspace_bytes, CUstream stream) {
+  moegen_gemm_fwd_args a = {.which = (moegen_gemm_id)which, .max_rows = max_rows, .x = x,
+                            .w = w, .y = y, .counts = counts, .offsets = offsets,
+                            .workspace = workspace, .workspace_bytes = (size_t)workspace_bytes};
+  return moegen_gemm_fwd(m, &a, stream);
+}
+
+/* moegen_gemm_dgrad. */
+moegen_status mgp_gemm_dgrad(moegen_module *m, int which, int64_t max_rows, const void *dy,
+                             const void *w, void *dx, const int32_t *counts,
+                             const int32_t *offsets, void *workspace, int64_t workspace_bytes,
+                             CUstream stream) {
+  moegen_gemm_dgrad_args a = {.which = (moegen_gemm_id)which, .max_rows = max_rows, .dy = dy,
+                              .w = w, .dx = dx, .counts = counts, .offsets = offsets,
+                              .workspace = workspace, .workspace_bytes = (size_t)workspace_bytes};
+  return moegen_gemm_dgrad(m, &a, stream);
+}
+
+/* moegen_gemm_wgrad with bf16 dw written (accumulate = 0), no bias grad. */
+moegen_status mgp_gemm_wgrad(moegen_module *m, int which, int64_t max_rows, const void *dy,
+                             const void *x, void *dw, const int32_t *counts,
+                             const int32_t *offsets, CUstream stream) {
+  moegen_gemm_wgrad_args a = {.which = (moegen_gemm_id)which, .max_rows = max_rows, .dy = dy,
+                              .x = x, .dw = dw, .accumulate = 0, .counts = counts,
+                              .offsets = offsets};
+  return moegen_gemm_wgrad(m, &a, stream);
+}

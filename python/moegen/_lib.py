@@ -46,6 +46,10 @@ _PROTOTYPES = {
     "mgp_permute_bwd": (_int, [_p, _i64, _int] + [_p] * 7),
     "mgp_unpermute_fwd": (_int, [_p, _i64, _int] + [_p] * 5),
     "mgp_unpermute_bwd": (_int, [_p, _i64, _i64, _int] + [_p] * 9),
+    "mgp_gemm_shape": (_int, [_p, _int, _i64, _str, _c.POINTER(_i64)]),
+    "mgp_gemm_fwd": (_int, [_p, _int, _i64] + [_p] * 6 + [_i64, _p]),
+    "mgp_gemm_dgrad": (_int, [_p, _int, _i64] + [_p] * 6 + [_i64, _p]),
+    "mgp_gemm_wgrad": (_int, [_p, _int, _i64] + [_p] * 6),
 }
 
 

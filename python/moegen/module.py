@@ -185,6 +185,26 @@ class Module:
             raise ValueError(f"moegen: the permutation has no output {name!r}")
         return tuple(dims[:rank])
 
+    def gemm_shape(self, which, name, max_rows):
+        """One shape of moegen_gemm_fwd_shape_of(which = 1 (gate/up) or 2
+        (down), max_rows) by its field name ("x", "w", "y", "counts";
+        "workspace_bytes" as a 1-tuple, concrete max_rows only), as a tuple.
+        Works on a SymInt (dims affine in max_rows)."""
+        if not isinstance(max_rows, int):
+            key = (which, name)
+            cache = self.__dict__.setdefault("_gemm_ab", {})
+            if key not in cache:
+                cache[key] = _affine_dims(lambda t: self.gemm_shape(which, name, t))
+            return tuple(a * max_rows + b for a, b in cache[key])
+        dims = (ctypes.c_int64 * 3)()
+        rank = lib.mgp_gemm_shape(self._image, which, max_rows, name.encode(), dims)
+        if rank < 0:
+            raise MoegenError("moegen_gemm_fwd_shape_of", -rank, f"which = {which} (1 or 2); "
+                              "the GEMMs need sm_80 or later and hidden, ffn multiples of 8")
+        if rank == 0:
+            raise ValueError(f"moegen: the grouped GEMM has no shape {name!r}")
+        return tuple(dims[:rank])
+
     # ------------------------------------------------------------ the JIT module
 
     def handle(self, device):

@@ -605,3 +605,138 @@ def _unpermute_backward(ctx, grad_out):
 
 torch.library.register_autograd("moegen::unpermute_fwd", _unpermute_backward,
                                 setup_context=_unpermute_setup_context)
+
+
+# ---------------------------------------------------------------- grouped GEMM (SPEC.md 5)
+
+
+def _check_gemm(m, which, w, counts, offsets, **rows):
+    """Checks which, w, the expert split and each of `rows` (name=tensor:
+    "x" [M, K], "y" [M, N] as the shape function names them, M its rows);
+    returns M."""
+    _check(which in (1, 2), f"which = {which}: 1 (gate/up, N = 2F, K = H) or 2 (down, N = H, "
+           "K = F)")
+    M = None
+    for name, t in rows.items():
+        _check(t.dim() == 2, f"{name}: [rows, ...] expected, got shape {tuple(t.shape)}")
+        M = t.shape[0] if M is None else M
+        kind = "x" if name in ("x", "dx") else "y"
+        _check_tensor(name, t, m.gemm_shape(which, kind, M), m.dtype)
+    _check_tensor("w", w, m.gemm_shape(which, "w", M), m.dtype)
+    _check((counts is None) != (offsets is None), "give exactly one of counts and offsets")
+    if counts is not None:
+        _check_tensor("counts", counts, (m.experts,), torch.int32)
+    else:
+        _check_tensor("offsets", offsets, (m.experts + 1,), torch.int32)
+    return M
+
+
+@torch.library.custom_op("moegen::gemm_fwd", mutates_args=(), device_types="cuda")
+def gemm_fwd(module: str, which: int, x: Tensor, w: Tensor, counts: Optional[Tensor],
+             offsets: Optional[Tensor]) -> Tensor:
+    """The grouped GEMM (moegen_gemm_fwd): y_e = x_e w_e^T for each expert
+    e's rows of x [M, K] bf16 (rows grouped by expert: counts [E] int32 or
+    offsets [E + 1] int32, read on the device), w [E, N, K] bf16; which = 1
+    (w1: N = 2F, K = H) or 2 (w2: N = H, K = F). Returns y [M, N] bf16,
+    zero on rows outside every expert. Differentiable in x and w (dgrad,
+    wgrad)."""
+    m = module_of(module)
+    M = _check_gemm(m, which, w, counts, offsets, x=x)
+    _check_contiguous(x=x, w=w, counts=counts, offsets=offsets)
+    y = torch.zeros(m.gemm_shape(which, "y", M), dtype=m.dtype, device=x.device)
+    (ws_bytes,) = m.gemm_shape(which, "workspace_bytes", M)
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=x.device)
+    h = m.handle(x.device)
+    m.check(lib.mgp_gemm_fwd(h, which, M, _ptr(x), _ptr(w), _ptr(y), _ptr(counts), _ptr(offsets),
+                             _ptr(ws), ws_bytes, _stream(x.device)), "moegen_gemm_fwd")
+    return y
+
+
+@gemm_fwd.register_fake
+def _(module, which, x, w, counts, offsets):
+    m = module_of(module)
+    M = _check_gemm(m, which, w, counts, offsets, x=x)
+    return x.new_empty(m.gemm_shape(which, "y", M))
+
+
+@torch.library.custom_op("moegen::gemm_dgrad", mutates_args=(), device_types="cuda")
+def gemm_dgrad(module: str, which: int, dy: Tensor, w: Tensor, counts: Optional[Tensor],
+               offsets: Optional[Tensor]) -> Tensor:
+    """dgrad of gemm_fwd (moegen_gemm_dgrad): dx_e = dy_e w_e for dy [M, N]
+    bf16; returns dx [M, K] bf16, zero on rows outside every expert."""
+    m = module_of(module)
+    M = _check_gemm(m, which, w, counts, offsets, dy=dy)
+    _check_contiguous(dy=dy, w=w, counts=counts, offsets=offsets)
+    dx = torch.zeros(m.gemm_shape(which, "x", M), dtype=m.dtype, device=dy.device)
+    (ws_bytes,) = m.gemm_shape(which, "workspace_bytes", M)
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dy.device)
+    h = m.handle(dy.device)
+    m.check(lib.mgp_gemm_dgrad(h, which, M, _ptr(dy), _ptr(w), _ptr(dx), _ptr(counts),
+                               _ptr(offsets), _ptr(ws), ws_bytes, _stream(dy.device)),
+            "moegen_gemm_dgrad")
+    return dx
+
+
+@gemm_dgrad.register_fake
+def _(module, which, dy, w, counts, offsets):
+    m = module_of(module)
+    M = _check_gemm(m, which, w, counts, offsets, dy=dy)
+    return dy.new_empty(m.gemm_shape(which, "x", M))
+
+
+@torch.library.custom_op("moegen::gemm_wgrad", mutates_args=(), device_types="cuda")
+def gemm_wgrad(module: str, which: int, dy: Tensor, x: Tensor, counts: Optional[Tensor],
+               offsets: Optional[Tensor]) -> Tensor:
+    """wgrad of gemm_fwd (moegen_gemm_wgrad): dw_e = dy_e^T x_e; returns dw
+    [E, N, K] bf16 (an expert with no rows gets zeros)."""
+    m = module_of(module)
+    M = _check_gemm_wgrad(m, which, dy, x, counts, offsets)
+    _check_contiguous(dy=dy, x=x, counts=counts, offsets=offsets)
+    dw = torch.empty(m.gemm_shape(which, "w", M), dtype=m.dtype, device=x.device)
+    h = m.handle(x.device)
+    m.check(lib.mgp_gemm_wgrad(h, which, M, _ptr(dy), _ptr(x), _ptr(dw), _ptr(counts),
+                               _ptr(offsets), _stream(x.device)), "moegen_gemm_wgrad")
+    return dw
+
+
+def _check_gemm_wgrad(m, which, dy, x, counts, offsets):
+    _check(which in (1, 2), f"which = {which}: 1 or 2")
+    _check(x.dim() == 2 and dy.dim() == 2 and dy.shape[0] == x.shape[0],
+           "x [rows, K] and dy [rows, N] with the same rows expected")
+    M = x.shape[0]
+    _check_tensor("x", x, m.gemm_shape(which, "x", M), m.dtype)
+    _check_tensor("dy", dy, m.gemm_shape(which, "y", M), m.dtype)
+    _check((counts is None) != (offsets is None), "give exactly one of counts and offsets")
+    if counts is not None:
+        _check_tensor("counts", counts, (m.experts,), torch.int32)
+    else:
+        _check_tensor("offsets", offsets, (m.experts + 1,), torch.int32)
+    return M
+
+
+@gemm_wgrad.register_fake
+def _(module, which, dy, x, counts, offsets):
+    m = module_of(module)
+    M = _check_gemm_wgrad(m, which, dy, x, counts, offsets)
+    return x.new_empty(m.gemm_shape(which, "w", M))
+
+
+def _gemm_setup_context(ctx, inputs, output):
+    module, which, x, w, counts, offsets = inputs
+    ctx.module, ctx.which = module, which
+    ctx.save_for_backward(x, w, counts, offsets)
+
+
+def _gemm_backward(ctx, dy):
+    x, w, counts, offsets = ctx.saved_tensors
+    dy = dy.contiguous()
+    dx = dw = None
+    if ctx.needs_input_grad[2]:
+        dx = torch.ops.moegen.gemm_dgrad(ctx.module, ctx.which, dy, w, counts, offsets)
+    if ctx.needs_input_grad[3]:
+        dw = torch.ops.moegen.gemm_wgrad(ctx.module, ctx.which, dy, x, counts, offsets)
+    return None, None, dx, dw, None, None
+
+
+torch.library.register_autograd("moegen::gemm_fwd", _gemm_backward,
+                                setup_context=_gemm_setup_context)

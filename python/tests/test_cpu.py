@@ -290,3 +290,22 @@ def test_permute_compile_meta(sig_module):
         assert x.grad.shape == x.shape and probs.grad.shape == probs.shape
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_gemm_fake_shapes(sig_module, which):
+    m = sig_module
+    E, H, F = m.experts, m.hidden, m.ffn
+    N, K = (2 * F, H) if which == 1 else (H, F)
+    for M in (0, 1, 999):
+        x = torch.empty(M, K, dtype=torch.bfloat16, device="meta")
+        w = torch.empty(E, N, K, dtype=torch.bfloat16, device="meta")
+        counts = torch.empty(E, dtype=torch.int32, device="meta")
+        y = torch.ops.moegen.gemm_fwd(m.key, which, x, w, counts, None)
+        assert (y.shape, y.dtype) == ((M, N), torch.bfloat16)
+        assert torch.ops.moegen.gemm_dgrad(m.key, which, y, w, counts, None).shape == (M, K)
+        assert torch.ops.moegen.gemm_wgrad(m.key, which, y, x, counts, None).shape == (E, N, K)
+    with pytest.raises(ValueError, match="x: shape"):
+        torch.ops.moegen.gemm_fwd(m.key, 3 - which, x, w, counts, None)
+    with pytest.raises(ValueError, match="exactly one of counts and offsets"):
+        torch.ops.moegen.gemm_fwd(m.key, which, x, w, None, None)
