@@ -392,3 +392,87 @@ moegen_status mgp_gemm_wgrad(moegen_module *m, int which, int64_t max_rows, cons
                               .offsets = offsets};
   return moegen_gemm_wgrad(m, &a, stream);
 }
+
+/* ---------------------------------------------------------------- aux loss */
+
+/* The moegen_count_dtype value of a tokens_per_expert dtype name ("int32",
+ * "int64", "fp32", "bf16", "int16"), or -1. */
+int mgp_count_dtype(const char *name) {
+#define MGP_COUNT_(e, n, value) if (!strcmp(name, #n)) return value;
+  MOEGEN_COUNT_DTYPES(MGP_COUNT_)
+#undef MGP_COUNT_
+  return -1;
+}
+
+/* One shape of moegen_aux_scores_shape_of(T) by its field name ("scores",
+ * "routing_map", "routing_bitmap", "intermediate", "grad_logits") into
+ * dims[2]; returns the rank, 0 for an unknown name, or minus the status. */
+int mgp_aux_scores_shape(const moegen_image *img, int64_t T, const char *name, int64_t *dims) {
+  moegen_aux_scores_shape sh;
+  moegen_status st = moegen_aux_scores_shape_of(img, T, &sh);
+  if (st != MOEGEN_OK) return -(int)st;
+#define MGP_DIMS_(f)                                      \
+  if (!strcmp(name, #f)) {                                \
+    memcpy(dims, sh.f, sizeof sh.f);                      \
+    return (int)(sizeof sh.f / sizeof sh.f[0]);           \
+  }
+  MGP_DIMS_(scores) MGP_DIMS_(routing_map) MGP_DIMS_(routing_bitmap) MGP_DIMS_(intermediate)
+  MGP_DIMS_(grad_logits)
+#undef MGP_DIMS_
+  return 0;
+}
+
+/* moegen_aux_scores_fwd. */
+moegen_status mgp_aux_scores_fwd(moegen_module *m, int64_t T, const void *logits, float *scores,
+                                 uint8_t *routing_map, uint8_t *routing_bitmap,
+                                 float *intermediate, CUstream stream) {
+  moegen_aux_scores_fwd_args a = {.num_tokens = T, .logits = logits, .scores = scores,
+                                  .routing_map = routing_map, .routing_bitmap = routing_bitmap,
+                                  .intermediate = intermediate};
+  return moegen_aux_scores_fwd(m, &a, stream);
+}
+
+/* moegen_aux_scores_bwd. */
+moegen_status mgp_aux_scores_bwd(moegen_module *m, int64_t T, const float *grad_scores,
+                                 const float *intermediate, void *grad_logits, CUstream stream) {
+  moegen_aux_scores_bwd_args a = {.num_tokens = T, .grad_scores = grad_scores,
+                                  .intermediate = intermediate, .grad_logits = grad_logits};
+  return moegen_aux_scores_bwd(m, &a, stream);
+}
+
+/* moegen_aux_loss_shape_of's workspace bytes for probs [R, C]. */
+moegen_status mgp_aux_loss_workspace(const moegen_image *img, int64_t R, int64_t C,
+                                     int64_t *workspace_bytes) {
+  moegen_aux_loss_shape sh;
+  moegen_status st = moegen_aux_loss_shape_of(img, R, C, &sh);
+  if (st == MOEGEN_OK) *workspace_bytes = (int64_t)sh.workspace_bytes;
+  return st;
+}
+
+/* moegen_aux_loss_fwd with N read on the device (total_num_tokens_dev). */
+moegen_status mgp_aux_loss_fwd(moegen_module *m, int64_t R, int64_t C, const void *probs,
+                               int probs_dtype, const void *tokens_per_expert, int tpe_dtype,
+                               const int64_t *total_num_tokens_dev, int num_experts, int topk,
+                               float coeff, void *aux_loss, float *aux_const, void *workspace,
+                               int64_t workspace_bytes, CUstream stream) {
+  moegen_aux_loss_fwd_args a = {.rows = R, .cols = C, .probs = probs,
+                                .probs_dtype = (moegen_dtype)probs_dtype,
+                                .tokens_per_expert = tokens_per_expert,
+                                .tpe_dtype = (moegen_count_dtype)tpe_dtype,
+                                .total_num_tokens_dev = total_num_tokens_dev,
+                                .num_experts = num_experts, .topk = topk, .coeff = coeff,
+                                .aux_loss = aux_loss, .aux_const = aux_const,
+                                .workspace = workspace, .workspace_bytes = (size_t)workspace_bytes};
+  return moegen_aux_loss_fwd(m, &a, stream);
+}
+
+/* moegen_aux_loss_bwd. */
+moegen_status mgp_aux_loss_bwd(moegen_module *m, int64_t R, int64_t C, const float *aux_const,
+                               const void *tokens_per_expert, int tpe_dtype, const void *grad_aux,
+                               int grad_dtype, void *grad_probs, CUstream stream) {
+  moegen_aux_loss_bwd_args a = {.rows = R, .cols = C, .aux_const = aux_const,
+                                .tokens_per_expert = tokens_per_expert,
+                                .tpe_dtype = (moegen_count_dtype)tpe_dtype, .grad_aux = grad_aux,
+                                .grad_dtype = (moegen_dtype)grad_dtype, .grad_probs = grad_probs};
+  return moegen_aux_loss_bwd(m, &a, stream);
+}

@@ -205,6 +205,31 @@ class Module:
             raise ValueError(f"moegen: the grouped GEMM has no shape {name!r}")
         return tuple(dims[:rank])
 
+    def aux_scores_shape(self, name, num_tokens):
+        """One shape of moegen_aux_scores_shape_of(T) by its field name
+        ("scores", "routing_map", "routing_bitmap", "intermediate",
+        "grad_logits"), as a tuple; works on a SymInt (dims affine in T)."""
+        if not isinstance(num_tokens, int):
+            cache = self.__dict__.setdefault("_aux_ab", {})
+            if name not in cache:
+                cache[name] = _affine_dims(lambda t: self.aux_scores_shape(name, t))
+            return tuple(a * num_tokens + b for a, b in cache[name])
+        dims = (ctypes.c_int64 * 2)()
+        rank = lib.mgp_aux_scores_shape(self._image, num_tokens, name.encode(), dims)
+        if rank < 0:
+            raise MoegenError("moegen_aux_scores_shape_of", -rank)
+        if rank == 0:
+            raise ValueError(f"moegen: the aux-loss scores have no output {name!r}")
+        return tuple(dims[:rank])
+
+    def aux_loss_workspace(self, rows, cols):
+        """moegen_aux_loss_shape_of's workspace bytes for probs [rows, cols]."""
+        w = ctypes.c_int64()
+        st = lib.mgp_aux_loss_workspace(self._image, rows, cols, ctypes.byref(w))
+        if st != MOEGEN_OK:
+            raise MoegenError("moegen_aux_loss_shape_of", st, f"probs [{rows}, {cols}]")
+        return w.value
+
     # ------------------------------------------------------------ the JIT module
 
     def handle(self, device):

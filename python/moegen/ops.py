@@ -740,3 +740,194 @@ def _gemm_backward(ctx, dy):
 
 torch.library.register_autograd("moegen::gemm_fwd", _gemm_backward,
                                 setup_context=_gemm_setup_context)
+
+
+# ---------------------------------------------------------------- aux loss (SPEC.md 2)
+
+
+@torch.library.custom_op("moegen::aux_scores_fwd", mutates_args=(), device_types="cuda")
+def aux_scores_fwd(module: str, logits: Tensor,
+                   routing_map_format: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """fused_compute_score_for_moe_aux_loss (moegen_aux_scores_fwd, SPEC.md
+    2a) on logits [T, E]: scores [T, E] fp32 over all E (no bias, no
+    groups), the top-K routing map (bytemap bool [T, E] or bitmap uint8 [T,
+    ceil(E/8)]) and intermediate [T, E] fp32. Differentiable in logits
+    through scores."""
+    m = module_of(module)
+    T = _check_aux_scores(m, logits, routing_map_format)
+    _check_contiguous(logits=logits)
+    scores, routing, inter = _aux_scores_outputs(m, T, logits, routing_map_format)
+    bytemap = routing if routing_map_format == "bytemap" else None
+    bitmap = routing if routing_map_format == "bitmap" else None
+    h = m.handle(logits.device)
+    m.check(lib.mgp_aux_scores_fwd(h, T, _ptr(logits), _ptr(scores), _ptr(bytemap), _ptr(bitmap),
+                                   _ptr(inter), _stream(logits.device)), "moegen_aux_scores_fwd")
+    return scores, routing, inter
+
+
+def _check_aux_scores(m, logits, routing_map_format):
+    _check(routing_map_format in _ROUTING_FORMATS,
+           f"routing_map_format: {routing_map_format!r}, expected one of {_ROUTING_FORMATS}")
+    _check(logits.dim() == 2, "logits: [T, E] expected")
+    T = logits.shape[0]
+    _check_tensor("logits", logits, (T, m.experts), m.logits_dtype)
+    return T
+
+
+def _aux_scores_outputs(m, T, like, routing_map_format):
+    s = lambda name: m.aux_scores_shape(name, T)  # noqa: E731
+    if routing_map_format == "bytemap":
+        routing = like.new_empty(s("routing_map"), dtype=torch.bool)
+    else:
+        routing = like.new_empty(s("routing_bitmap"), dtype=torch.uint8)
+    return (like.new_empty(s("scores"), dtype=torch.float32), routing,
+            like.new_empty(s("intermediate"), dtype=torch.float32))
+
+
+@aux_scores_fwd.register_fake
+def _(module, logits, routing_map_format):
+    m = module_of(module)
+    T = _check_aux_scores(m, logits, routing_map_format)
+    return _aux_scores_outputs(m, T, logits, routing_map_format)
+
+
+@torch.library.custom_op("moegen::aux_scores_bwd", mutates_args=(), device_types="cuda")
+def aux_scores_bwd(module: str, grad_scores: Tensor, intermediate: Tensor) -> Tensor:
+    """Backward of aux_scores_fwd (moegen_aux_scores_bwd): grad_logits [T, E]
+    (logits dtype) from grad_scores [T, E] fp32 and the intermediate."""
+    m = module_of(module)
+    T = _check_aux_scores_bwd(m, grad_scores, intermediate)
+    _check_contiguous(grad_scores=grad_scores, intermediate=intermediate)
+    gl = grad_scores.new_empty(m.aux_scores_shape("grad_logits", T), dtype=m.logits_dtype)
+    h = m.handle(grad_scores.device)
+    m.check(lib.mgp_aux_scores_bwd(h, T, _ptr(grad_scores), _ptr(intermediate), _ptr(gl),
+                                   _stream(grad_scores.device)), "moegen_aux_scores_bwd")
+    return gl
+
+
+def _check_aux_scores_bwd(m, grad_scores, intermediate):
+    _check(intermediate.dim() == 2, "intermediate: [T, E] expected")
+    T = intermediate.shape[0]
+    _check_tensor("intermediate", intermediate, (T, m.experts), torch.float32)
+    _check_tensor("grad_scores", grad_scores, (T, m.experts), torch.float32)
+    return T
+
+
+@aux_scores_bwd.register_fake
+def _(module, grad_scores, intermediate):
+    m = module_of(module)
+    T = _check_aux_scores_bwd(m, grad_scores, intermediate)
+    return grad_scores.new_empty(m.aux_scores_shape("grad_logits", T), dtype=m.logits_dtype)
+
+
+def _aux_scores_setup_context(ctx, inputs, output):
+    ctx.module = inputs[0]
+    ctx.save_for_backward(output[2])
+
+
+def _aux_scores_backward(ctx, grad_scores, *_rest):
+    (inter,) = ctx.saved_tensors
+    return None, torch.ops.moegen.aux_scores_bwd(ctx.module, grad_scores.contiguous(), inter), None
+
+
+torch.library.register_autograd("moegen::aux_scores_fwd", _aux_scores_backward,
+                                setup_context=_aux_scores_setup_context)
+
+_COUNT_DTYPES = {torch.int32: "int32", torch.int64: "int64", torch.float32: "fp32",
+                 torch.bfloat16: "bf16", torch.int16: "int16"}
+
+
+def _check_aux_loss(probs, tokens_per_expert, total_num_tokens, num_experts, topk):
+    _check(probs.dim() == 2, "probs: [R, C] expected")
+    _check(probs.dtype in _DTYPE_NAMES, f"probs: dtype {probs.dtype}")
+    C = probs.shape[1]
+    _check(tokens_per_expert.dtype in _COUNT_DTYPES,
+           f"tokens_per_expert: dtype {tokens_per_expert.dtype}, expected one of "
+           f"{list(_COUNT_DTYPES)}")
+    _check(tuple(tokens_per_expert.shape) == (C,), "tokens_per_expert: [C] expected")
+    _check_tensor("total_num_tokens", total_num_tokens, (), torch.int64)
+    _check(num_experts > 0 and C % num_experts == 0 and topk > 0,
+           f"num_experts = {num_experts} must divide C = {C}; topk = {topk} > 0")
+
+
+@torch.library.custom_op("moegen::aux_loss_fwd", mutates_args=(), device_types="cuda")
+def aux_loss_fwd(module: str, probs: Tensor, tokens_per_expert: Tensor, total_num_tokens: Tensor,
+                 num_experts: int, topk: int, coeff: float) -> Tuple[Tensor, Tensor]:
+    """fused_moe_aux_loss (moegen_aux_loss_fwd, SPEC.md 2b): aux_loss []
+    (probs' dtype) = Cc * sum_c tokens_per_expert[c] * sum_r probs[r, c]
+    with Cc = E*coeff/topk/N/N, for probs [R, C] (fp32, bf16, fp16),
+    tokens_per_expert [C] (int32, int64, fp32, bf16, int16) and N =
+    total_num_tokens, a [] int64 CUDA tensor read when the kernel runs (one
+    captured graph serves any N). Also returns aux_const [] fp32 (Cc).
+    Deterministic. Differentiable in probs."""
+    m = module_of(module)
+    _check_aux_loss(probs, tokens_per_expert, total_num_tokens, num_experts, topk)
+    _check_contiguous(probs=probs, tokens_per_expert=tokens_per_expert,
+                      total_num_tokens=total_num_tokens)
+    R, C = probs.shape
+    loss = probs.new_empty(())
+    aux_const = probs.new_empty((), dtype=torch.float32)
+    ws_bytes = m.aux_loss_workspace(R, C)
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=probs.device)
+    h = m.handle(probs.device)
+    m.check(lib.mgp_aux_loss_fwd(h, R, C, _ptr(probs), _dtype_code(probs),
+                                 _ptr(tokens_per_expert),
+                                 lib.mgp_count_dtype(_COUNT_DTYPES[tokens_per_expert.dtype].encode()),
+                                 total_num_tokens.data_ptr(), num_experts, topk, coeff,
+                                 loss.data_ptr(), aux_const.data_ptr(), _ptr(ws), ws_bytes,
+                                 _stream(probs.device)), "moegen_aux_loss_fwd")
+    return loss, aux_const
+
+
+@aux_loss_fwd.register_fake
+def _(module, probs, tokens_per_expert, total_num_tokens, num_experts, topk, coeff):
+    _check_aux_loss(probs, tokens_per_expert, total_num_tokens, num_experts, topk)
+    return probs.new_empty(()), probs.new_empty((), dtype=torch.float32)
+
+
+@torch.library.custom_op("moegen::aux_loss_bwd", mutates_args=(), device_types="cuda")
+def aux_loss_bwd(module: str, aux_const: Tensor, tokens_per_expert: Tensor, grad_aux: Tensor,
+                 rows: int) -> Tensor:
+    """Backward of aux_loss_fwd (moegen_aux_loss_bwd): grad_probs [rows, C]
+    (grad_aux's dtype) = Cc * tokens_per_expert[c] * grad_aux."""
+    m = module_of(module)
+    C = _check_aux_loss_bwd(aux_const, tokens_per_expert, grad_aux)
+    _check_contiguous(aux_const=aux_const, tokens_per_expert=tokens_per_expert,
+                      grad_aux=grad_aux)
+    gp = grad_aux.new_empty(rows, C)
+    h = m.handle(grad_aux.device)
+    m.check(lib.mgp_aux_loss_bwd(h, rows, C, aux_const.data_ptr(), _ptr(tokens_per_expert),
+                                 lib.mgp_count_dtype(_COUNT_DTYPES[tokens_per_expert.dtype].encode()),
+                                 grad_aux.data_ptr(), _dtype_code(grad_aux), _ptr(gp),
+                                 _stream(grad_aux.device)), "moegen_aux_loss_bwd")
+    return gp
+
+
+def _check_aux_loss_bwd(aux_const, tokens_per_expert, grad_aux):
+    _check_tensor("aux_const", aux_const, (), torch.float32)
+    _check(tokens_per_expert.dim() == 1 and tokens_per_expert.dtype in _COUNT_DTYPES,
+           "tokens_per_expert: [C] of a count dtype expected")
+    _check(grad_aux.dim() == 0 and grad_aux.dtype in _DTYPE_NAMES, "grad_aux: [] expected")
+    return tokens_per_expert.shape[0]
+
+
+@aux_loss_bwd.register_fake
+def _(module, aux_const, tokens_per_expert, grad_aux, rows):
+    C = _check_aux_loss_bwd(aux_const, tokens_per_expert, grad_aux)
+    return grad_aux.new_empty(rows, C)
+
+
+def _aux_loss_setup_context(ctx, inputs, output):
+    ctx.module, ctx.rows = inputs[0], inputs[1].shape[0]
+    ctx.save_for_backward(output[1], inputs[2])
+
+
+def _aux_loss_backward(ctx, grad_aux, _grad_const):
+    aux_const, tpe = ctx.saved_tensors
+    gp = torch.ops.moegen.aux_loss_bwd(ctx.module, aux_const, tpe, grad_aux.contiguous(),
+                                       ctx.rows)
+    return None, gp, None, None, None, None, None
+
+
+torch.library.register_autograd("moegen::aux_loss_fwd", _aux_loss_backward,
+                                setup_context=_aux_loss_setup_context)

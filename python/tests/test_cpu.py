@@ -309,3 +309,23 @@ def test_gemm_fake_shapes(sig_module, which):
         torch.ops.moegen.gemm_fwd(m.key, 3 - which, x, w, counts, None)
     with pytest.raises(ValueError, match="exactly one of counts and offsets"):
         torch.ops.moegen.gemm_fwd(m.key, which, x, w, None, None)
+
+
+def test_aux_fake_shapes(soft_module):
+    m = soft_module
+    for T in (0, 1, 500):
+        logits = torch.empty(T, m.experts, dtype=m.logits_dtype, device="meta")
+        scores, bmap, inter = torch.ops.moegen.aux_scores_fwd(m.key, logits, "bytemap")
+        assert [tuple(t.shape) for t in (scores, bmap, inter)] == [(T, m.experts)] * 3
+        assert (scores.dtype, bmap.dtype) == (torch.float32, torch.bool)
+        bits = torch.ops.moegen.aux_scores_fwd(m.key, logits, "bitmap")[1]
+        assert (bits.shape, bits.dtype) == ((T, -(-m.experts // 8)), torch.uint8)
+        gl = torch.ops.moegen.aux_scores_bwd(m.key, scores, inter)
+        assert (gl.shape, gl.dtype) == ((T, m.experts), m.logits_dtype)
+        probs = torch.empty(T, m.experts, dtype=torch.bfloat16, device="meta")
+        tpe = torch.empty(m.experts, dtype=torch.int64, device="meta")
+        n = torch.empty((), dtype=torch.int64, device="meta")
+        loss, const = torch.ops.moegen.aux_loss_fwd(m.key, probs, tpe, n, m.experts, m.topk, 1e-3)
+        assert (loss.shape, loss.dtype, const.dtype) == ((), torch.bfloat16, torch.float32)
+        gp = torch.ops.moegen.aux_loss_bwd(m.key, const, tpe, loss, T)
+        assert (gp.shape, gp.dtype) == ((T, m.experts), torch.bfloat16)

@@ -431,3 +431,48 @@ def test_gemm_vs_reference(which, split):
     for what, a, b in (("y", y, yr), ("dx", x.grad, xr.grad), ("dw", w.grad, wr.grad)):
         assert_close(f"gemm{which} {what}", a, b)
     torch.library.opcheck(torch.ops.moegen.gemm_fwd.default, (m.key, which, x, w, *args))
+
+
+# ---------------------------------------------------------------- aux loss
+
+
+@pytest.mark.parametrize("T", [0, 1, 333])
+def test_aux_vs_reference(T):
+    """Softmax aux scores (fp32 logits: SPEC.md 6 router tolerances, top-K
+    map exact) and the aux loss with N on the device, forward and backward,
+    against PyTorch; opcheck on the four ops."""
+    moe = make_moe(SOFTMAX)
+    m = moe.module
+    E, K = m.experts, m.topk
+    _, logits, _ = make_inputs(moe, T, seed=600 + T)
+    scores, bmap, inter = torch.ops.moegen.aux_scores_fwd(m.key, logits, "bytemap")
+    lr = logits.detach().clone().requires_grad_(True)
+    sr = torch.softmax(lr, -1)
+    tol = router_tol(torch.float32, E)
+    torch.testing.assert_close(scores, sr.detach(), **tol)
+    ridx = sr.detach().sort(-1, descending=True, stable=True)[1][:, :K]
+    want = torch.zeros(T, E, dtype=torch.bool, device="cuda").scatter(1, ridx, True)
+    assert torch.equal(bmap, want)
+    tpe = bmap.sum(0).to(torch.int64)
+    n = torch.tensor(max(T, 1), dtype=torch.int64, device="cuda")
+    coeff = 1e-2
+    loss, const = torch.ops.moegen.aux_loss_fwd(m.key, scores, tpe, n, E, K, coeff)
+    cc = E * coeff / K / max(T, 1) / max(T, 1)
+    loss_r = cc * (tpe.double() * sr.double().sum(0)).sum()
+    torch.testing.assert_close(const.double(), torch.tensor(cc, device="cuda", dtype=torch.float64),
+                               rtol=1e-6, atol=0)
+    (loss * 3.0).backward()
+    (loss_r * 3.0).backward()
+    torch.testing.assert_close(loss.double(), loss_r.detach(), rtol=1e-5, atol=1e-7)
+    want_grad = torch.zeros_like(logits) if lr.grad is None else lr.grad
+    torch.testing.assert_close(logits.grad, want_grad.to(logits.dtype), **tol)
+    if T:
+        torch.library.opcheck(torch.ops.moegen.aux_scores_fwd.default,
+                              (m.key, logits.detach().requires_grad_(True), "bitmap"))
+        sg = scores.detach().clone().requires_grad_(True)
+        torch.library.opcheck(torch.ops.moegen.aux_loss_fwd.default,
+                              (m.key, sg, tpe, n, E, K, coeff))
+        torch.library.opcheck(torch.ops.moegen.aux_scores_bwd.default,
+                              (m.key, torch.randn_like(scores), inter))
+        torch.library.opcheck(torch.ops.moegen.aux_loss_bwd.default,
+                              (m.key, const, tpe, torch.ones_like(loss), T))
