@@ -476,3 +476,15 @@ moegen_status mgp_aux_loss_bwd(moegen_module *m, int64_t R, int64_t C, const flo
                                 .grad_dtype = (moegen_dtype)grad_dtype, .grad_probs = grad_probs};
   return moegen_aux_loss_bwd(m, &a, stream);
 }
+
+/* moegen_sort_chunks (shapes as in moegen_sort_chunks_args). */
+moegen_status mgp_sort_chunks(moegen_module *m, int64_t N, int dtype, int S,
+                              const int32_t *split_sizes, const int32_t *sorted_index,
+                              const void *in, void *out, const float *probs, float *out_probs,
+                              int32_t *row_map, int backward, CUstream stream) {
+  moegen_sort_chunks_args a = {.num_rows = N, .dtype = (moegen_dtype)dtype, .num_chunks = S,
+                               .split_sizes = split_sizes, .sorted_index = sorted_index,
+                               .in = in, .out = out, .probs = probs, .out_probs = out_probs,
+                               .row_map = row_map, .backward = backward};
+  return moegen_sort_chunks(m, &a, stream);
+}

@@ -51,6 +51,7 @@ _PROTOTYPES = {
     "mgp_gemm_dgrad": (_int, [_p, _int, _i64] + [_p] * 6 + [_i64, _p]),
     "mgp_gemm_wgrad": (_int, [_p, _int, _i64] + [_p] * 6),
     "mgp_count_dtype": (_int, [_str]),
+    "mgp_sort_chunks": (_int, [_p, _i64, _int, _int] + [_p] * 7 + [_int, _p]),
     "mgp_aux_scores_shape": (_int, [_p, _i64, _str, _c.POINTER(_i64)]),
     "mgp_aux_scores_fwd": (_int, [_p, _i64] + [_p] * 6),
     "mgp_aux_scores_bwd": (_int, [_p, _i64] + [_p] * 4),

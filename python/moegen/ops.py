@@ -607,6 +607,72 @@ torch.library.register_autograd("moegen::unpermute_fwd", _unpermute_backward,
                                 setup_context=_unpermute_setup_context)
 
 
+def _check_sort_chunks(m, x, split_sizes, sorted_index, probs):
+    _check(x.dim() == 2 and x.shape[1] == m.hidden, f"x: [N, H = {m.hidden}] expected")
+    _check(x.dtype in _DTYPE_NAMES, f"x: dtype {x.dtype}")
+    _check(split_sizes.dim() == 1 and split_sizes.dtype == torch.int32,
+           "split_sizes: [S] int32 expected")
+    _check_tensor("sorted_index", sorted_index, tuple(split_sizes.shape), torch.int32)
+    if probs is not None:
+        _check_tensor("probs", probs, (x.shape[0],), torch.float32)
+    return x.shape[0]
+
+
+def _sort_chunks_outputs(x, probs, backward):
+    N = x.shape[0]
+    return (torch.empty_like(x), x.new_empty((N,) if probs is not None else (0,),
+                                             dtype=torch.float32),
+            x.new_empty((0,) if backward else (N,), dtype=torch.int32))
+
+
+@torch.library.custom_op("moegen::sort_chunks", mutates_args=(), device_types="cuda")
+def sort_chunks(module: str, x: Tensor, split_sizes: Tensor, sorted_index: Tensor,
+                probs: Optional[Tensor], backward: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """moe_sort_chunks_by_index (moegen_sort_chunks, SPEC.md 4f): x [N, H]
+    cut into chunks of split_sizes [S] int32 rows (device), put out in the
+    order sorted_index [S] int32 (a permutation of [0, S)); rows past the
+    chunks stay in place. backward = True applies the inverse. Returns out
+    [N, H], out_probs [N] fp32 (probs [N] moved along; [0] without probs)
+    and row_map [N] int32 (each input row's destination; [0] when
+    backward). Differentiable in x and probs (the backward is the inverse
+    sort)."""
+    m = module_of(module)
+    N = _check_sort_chunks(m, x, split_sizes, sorted_index, probs)
+    _check_contiguous(x=x, split_sizes=split_sizes, sorted_index=sorted_index, probs=probs)
+    out, out_probs, row_map = _sort_chunks_outputs(x, probs, backward)
+    h = m.handle(x.device)
+    m.check(lib.mgp_sort_chunks(h, N, _dtype_code(x), split_sizes.shape[0], _ptr(split_sizes),
+                                _ptr(sorted_index), _ptr(x), _ptr(out), _ptr(probs),
+                                _ptr(out_probs), _ptr(row_map), int(backward),
+                                _stream(x.device)), "moegen_sort_chunks")
+    return out, out_probs, row_map
+
+
+@sort_chunks.register_fake
+def _(module, x, split_sizes, sorted_index, probs, backward):
+    _check_sort_chunks(module_of(module), x, split_sizes, sorted_index, probs)
+    return _sort_chunks_outputs(x, probs, backward)
+
+
+def _sort_chunks_setup_context(ctx, inputs, output):
+    module, _x, split_sizes, sorted_index, probs, backward = inputs
+    ctx.module, ctx.backward, ctx.has_probs = module, backward, probs is not None
+    ctx.save_for_backward(split_sizes, sorted_index)
+
+
+def _sort_chunks_backward(ctx, grad_out, grad_probs, _grad_map):
+    split_sizes, sorted_index = ctx.saved_tensors
+    gx, gp, _ = torch.ops.moegen.sort_chunks(ctx.module, grad_out.contiguous(), split_sizes,
+                                             sorted_index,
+                                             _contiguous(grad_probs) if ctx.has_probs else None,
+                                             not ctx.backward)
+    return None, gx, None, None, gp if ctx.has_probs else None, None
+
+
+torch.library.register_autograd("moegen::sort_chunks", _sort_chunks_backward,
+                                setup_context=_sort_chunks_setup_context)
+
+
 # ---------------------------------------------------------------- grouped GEMM (SPEC.md 5)
 
 

@@ -329,3 +329,14 @@ def test_aux_fake_shapes(soft_module):
         assert (loss.shape, loss.dtype, const.dtype) == ((), torch.bfloat16, torch.float32)
         gp = torch.ops.moegen.aux_loss_bwd(m.key, const, tpe, loss, T)
         assert (gp.shape, gp.dtype) == ((T, m.experts), torch.bfloat16)
+
+
+def test_sort_chunks_fake(sig_module):
+    m = sig_module
+    x = torch.empty(40, m.hidden, dtype=torch.bfloat16, device="meta")
+    s = torch.empty(5, dtype=torch.int32, device="meta")
+    probs = torch.empty(40, device="meta")
+    out, op, rm = torch.ops.moegen.sort_chunks(m.key, x, s, s, probs, False)
+    assert (out.shape, op.shape, rm.shape, rm.dtype) == ((40, m.hidden), (40,), (40,), torch.int32)
+    out, op, rm = torch.ops.moegen.sort_chunks(m.key, x, s, s, None, True)
+    assert (op.shape, rm.shape) == ((0,), (0,))
