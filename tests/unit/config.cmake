@@ -156,6 +156,12 @@ moegen_hf_print_test(cli_config_hf_llama4_scout llama4-scout
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
   [[shared_experts = 1]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]]
   [[router_bwd = "saved"]])
+moegen_hf_print_test(cli_config_hf_dbrx_instruct dbrx-instruct
+  [[name = "dbrx-instruct"]] [[experts = 16]] [[topk = 4]] [[hidden = 6144]] [[ffn = 10752]]
+  [[score = "softmax"]] [[pre_softmax = false]] [[groups = 0]] [[group_topk = 0]]
+  [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
+  [[shared_experts = 0]] [[aux_loss_coeff = 0.0]] [[quantile_balancing = false]]
+  [[router_bwd = "saved"]])
 # router_bwd: the mode --print-config prints, and a name it does not know.
 moegen_cli_test(cli_config_router_bwd RC 0 ARGS --print-config --preset mixtral-8x7b
   --set router_bwd=recompute OUT "\n  quantile_balancing = false,\n  router_bwd = \"recompute\",\n}\n$")
@@ -169,6 +175,13 @@ moegen_cli_test(cli_config_hf_deepseek_v2 RC 78 ARGS --print-config
 moegen_cli_test(cli_config_hf_phimoe RC 78 ARGS --print-config
   --hf-config ${MOEGEN_MODELS_DIR}/phi-3.5-moe-instruct.json
   ERR "^moegen: [^\n]*/phi-3\\.5-moe-instruct\\.json:8: model_type: \"phimoe\" is not supported: it routes with sparsemixer: [^\n]*\n$")
+moegen_cli_test(cli_config_hf_ernie4_5_moe RC 78 ARGS --print-config
+  --hf-config ${MOEGEN_MODELS_DIR}/ernie-4.5-21b-a3b.json
+  ERR "^moegen: [^\n]*/ernie-4\\.5-21b-a3b\\.json:8: model_type: \"ernie4_5_moe\" is not supported: it selects experts by softmax scores plus e_score_correction_bias[^\n]*\n$")
+# A family moegen does not know, named by architectures only: an error, no guess.
+moegen_cli_test(cli_config_hf_hunyuan RC 65 ARGS --print-config
+  --hf-config ${MOEGEN_MODELS_DIR}/hunyuan-a13b-instruct.json
+  ERR "^moegen: [^\n]*/hunyuan-a13b-instruct\\.json: model_type: missing, and architectures names no supported model; moegen does not guess a model family \\(supported model_type values: [^\n]*\\)\n$")
 # No model_type and no architectures: an error naming model_type, no guess.
 moegen_cli_test(cli_config_hf_no_model_type RC 65 ARGS --print-config
   --hf-config ${MOEGEN_CLI_CONFIGS}/hf_no_model_type.json

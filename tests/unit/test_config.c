@@ -379,6 +379,9 @@ static void test_hf_model_files(void) {
       {"granite-3.0-1b-a400m-instruct", "experts=32 topk=8 hidden=1024 ffn=512"},
       {"llama4-scout", "experts=16 topk=1 hidden=5120 ffn=8192 score=sigmoid shared_experts=1 "
                        "aux_loss_coeff=0.001"},
+      /* the keys in ffn_config; softmax over all, top-4, divided by their sum
+       * (moe_normalize_expert_weights 1): the softmax over the top-4 logits */
+      {"dbrx-instruct", "experts=16 topk=4 hidden=6144 ffn=10752"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char path[4500], sets[256], name[128];
@@ -412,6 +415,15 @@ static void test_hf_model_files(void) {
   expect_hf_error("../../data/models/phi-3.5-moe-instruct.json", NULL, EX_CONFIG,
                   "%s:8: model_type: \"phimoe\" is not supported: it routes with sparsemixer",
                   "Phi-3.5-MoE");
+  expect_hf_error("../../data/models/ernie-4.5-21b-a3b.json", NULL, EX_CONFIG,
+                  "%s:8: model_type: \"ernie4_5_moe\" is not supported: it selects experts by "
+                  "softmax scores plus e_score_correction_bias",
+                  "ERNIE-4.5-21B-A3B");
+  /* A family moegen does not know (and no model_type): an error, no guess. */
+  expect_hf_error("../../data/models/hunyuan-a13b-instruct.json", NULL, EX_DATAERR,
+                  "%s: model_type: missing, and architectures names no supported model; moegen "
+                  "does not guess a model family",
+                  "Hunyuan-A13B");
 }
 
 /* Loads text as a temporary .json into c (from the defaults); returns the code. */
