@@ -27,8 +27,13 @@ typedef moegen_status (*bench_op_fn)(void *ctx, CUstream s);
  * before each call. */
 float bench_time_op(bench_op_fn op, void *ctx, void *flush);
 
-/* The model's config with logits in bf16 (as peers.py feeds them). */
+/* The model's config with logits in bf16 (as peers.py feeds them) and the
+ * router_bwd mode of --router-bwd (default saved). */
 moegen_config bench_config_of(const bench_model *md);
+
+/* ", \"router_bwd\": \"saved\"" (or "recompute"): the JSON member of the stages
+ * that run the router backward. */
+const char *bench_router_bwd_json(void);
 
 /* JIT-compiles and loads md's module; on failure prints an error line for
  * `stage` and returns NULL. */

@@ -20,7 +20,10 @@
  * rows), and an op that cannot be captured gives an error row.
  *
  * Usage: moegen-bench [--models a,b] [--tokens 256,4096,16384] [--stages router,...]
- *                     [--arch sm_XY] [--warm-cache] [--graph]
+ *                     [--arch sm_XY] [--warm-cache] [--graph] [--router-bwd saved|recompute]
+ * --router-bwd sets the config's router_bwd for every module (the stages
+ * that run the router backward, router_fwd_bwd and layer_fwd_bwd, say it
+ * in a "router_bwd" member).
  * --arch renders the modules for that arch instead of the device's own
  * (sm_90 on an H200 times the portable mma.sync GEMM). --warm-cache (with
  * --arch; no GPU needed) only compiles the listed models' modules into the
@@ -153,7 +156,18 @@ float bench_time_op(bench_op_fn op, void *ctx, void *flush) {
   return median_ms(&(timed){op, ctx, NULL, NULL}, flush);
 }
 
-moegen_config bench_config_of(const bench_model *md) { return layer_config(md, md->name); }
+static moegen_router_bwd_mode router_bwd_mode; /* --router-bwd */
+
+moegen_config bench_config_of(const bench_model *md) {
+  moegen_config c = layer_config(md, md->name);
+  c.router_bwd = router_bwd_mode;
+  return c;
+}
+
+const char *bench_router_bwd_json(void) {
+  return router_bwd_mode == MOEGEN_ROUTER_BWD_RECOMPUTE ? ", \"router_bwd\": \"recompute\""
+                                                        : ", \"router_bwd\": \"saved\"";
+}
 
 /* ", \"method\": \"graph\"" under --graph, else "". */
 static const char *method_json(void) { return graph_method ? ", \"method\": \"graph\"" : ""; }
@@ -237,11 +251,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--arch") && i + 1 < argc) bench_arch = argv[++i];
     else if (!strcmp(argv[i], "--warm-cache")) warm = 1;
     else if (!strcmp(argv[i], "--graph")) graph_method = 1;
+    else if (!strcmp(argv[i], "--router-bwd") && i + 1 < argc && !strcmp(argv[i + 1], "saved")) i++;
+    else if (!strcmp(argv[i], "--router-bwd") && i + 1 < argc && !strcmp(argv[i + 1], "recompute"))
+      i++, router_bwd_mode = MOEGEN_ROUTER_BWD_RECOMPUTE;
     else {
       fprintf(stderr, "usage: moegen-bench [--models a,b] [--tokens 256,4096] [--stages");
       for (size_t s = 0; s < sizeof stages / sizeof stages[0]; s++)
         fprintf(stderr, "%s%s", s ? "," : " ", stages[s].name);
-      fprintf(stderr, "] [--arch sm_XY] [--warm-cache] [--graph]\n");
+      fprintf(stderr, "] [--arch sm_XY] [--warm-cache] [--graph] [--router-bwd saved|recompute]\n");
       return 64;
     }
   }

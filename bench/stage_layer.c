@@ -150,6 +150,7 @@ static void bench_layer(const bench_model *md, int T, void *flush, int with_bwd)
                                   .workspace = ws, .workspace_bytes = sh.workspace_bytes};
   ctx.b = (moegen_layer_bwd_args){.num_tokens = T, .max_tokens = T, .dy = dy, .w1 = w1,
                                   .w2 = w2, .saved = saved, .saved_bytes = sh.saved_bytes,
+                                  .logits = c.router_bwd == MOEGEN_ROUTER_BWD_RECOMPUTE ? logits : NULL,
                                   .dx = dx, .dlogits = dl, .dw1 = dw1, .dw2 = dw2,
                                   .workspace = ws, .workspace_bytes = sh.workspace_bytes};
   st = fwd_bwd_op(&ctx, NULL);
@@ -159,8 +160,9 @@ static void bench_layer(const bench_model *md, int T, void *flush, int with_bwd)
   else {
     float ms = bench_time_op(with_bwd ? fwd_bwd_op : fwd_op, &ctx, flush);
     double flops = 2.0 * T * md->K * ((double)H * 2 * F + (double)F * H) * (with_bwd ? 3 : 1);
-    char extra[64];
-    snprintf(extra, sizeof extra, ", \"tflops\": %.1f", flops / ms / 1e9);
+    char extra[96];
+    snprintf(extra, sizeof extra, ", \"tflops\": %.1f%s", flops / ms / 1e9,
+             with_bwd ? bench_router_bwd_json() : "");
     bench_result(stage, md, T, ms, extra);
   }
   void *bufs[] = {x, logits, w1, w2, y, dy, dx, dl, dw1, dw2, saved, ws, bias};

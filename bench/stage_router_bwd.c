@@ -1,6 +1,8 @@
 /* bench stage "router_fwd_bwd": router forward (bf16 probs + bytemap +
  * intermediate) then router backward with grad_probs = ones (bf16), both
- * launches inside one timed call, as peers.py's dense.sum().backward(). */
+ * launches inside one timed call, as peers.py's dense.sum().backward().
+ * With --router-bwd recompute the forward writes no intermediate and the
+ * backward reads the logits instead. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,15 +23,22 @@ static moegen_status fwd_bwd_op(void *ctx, CUstream s) {
 }
 
 /* grad_logits of the GPU within 1 bf16 ulp of the reference (computed from
- * the GPU's intermediate and map), a check before timing. */
+ * the GPU's intermediate and map; recompute: from the state recomputed from
+ * the logits and map), a check before timing. */
 static int check_bwd(const moegen_config *c, int T, const fwd_bwd_ctx *x) {
   size_t TE = (size_t)T * c->experts;
   float *g = malloc(4 * TE + 4), *inter = malloc(4 * TE + 4), *want = malloc(4 * TE + 4);
   uint8_t *map = malloc(TE + 1);
   uint16_t *got = malloc(2 * TE + 2);
-  for (size_t i = 0; i < TE; i++) g[i] = 1.0f;
-  gpu_get(inter, x->f.intermediate, 4 * TE);
   gpu_get(map, x->f.routing_map, TE);
+  if (x->f.intermediate) {
+    gpu_get(inter, x->f.intermediate, 4 * TE);
+  } else { /* g: the logits, for a moment */
+    gpu_get(got, x->f.logits, 2 * TE);
+    for (size_t i = 0; i < TE; i++) g[i] = bf16_to_f32(got[i]);
+    router_ref_state(c, T, g, map, inter);
+  }
+  for (size_t i = 0; i < TE; i++) g[i] = 1.0f;
   gpu_get(got, x->b.grad_logits, 2 * TE);
   router_ref_bwd(c, T, g, inter, map, want);
   int ok = 1;
@@ -53,7 +62,8 @@ void bench_router_fwd_bwd(const bench_model *md, int T, void *flush) {
   for (int e = 0; e < md->E; e++) bias[e] = 0.1f * rng_normal();
   void *logits = gpu_alloc(2 * TE), *probs = gpu_alloc(2 * TE), *grad = gpu_alloc(2 * TE);
   void *dx = gpu_alloc(2 * TE), *map = gpu_alloc(TE);
-  float *inter = gpu_alloc(4 * TE), *dbias = gpu_alloc(4 * (size_t)md->E);
+  const int recompute = c.router_bwd == MOEGEN_ROUTER_BWD_RECOMPUTE;
+  float *inter = recompute ? NULL : gpu_alloc(4 * TE), *dbias = gpu_alloc(4 * (size_t)md->E);
   gpu_put(logits, h, 2 * TE);
   for (size_t i = 0; i < TE; i++) h[i] = f32_to_bf16(1.0f);
   gpu_put(grad, h, 2 * TE);
@@ -63,7 +73,8 @@ void bench_router_fwd_bwd(const bench_model *md, int T, void *flush) {
                                    .expert_bias = md->bias ? dbias : NULL, .probs = probs,
                                    .routing_map = map, .intermediate = inter};
   ctx.b = (moegen_router_bwd_args){.num_tokens = T, .grad_probs = grad, .intermediate = inter,
-                                   .routing_map = map, .grad_logits = dx};
+                                   .logits = recompute ? logits : NULL, .routing_map = map,
+                                   .grad_logits = dx};
   moegen_status st = fwd_bwd_op(&ctx, NULL);
   CU(gpu_drv->cuCtxSynchronize());
   if (st != MOEGEN_OK) {
@@ -73,10 +84,12 @@ void bench_router_fwd_bwd(const bench_model *md, int T, void *flush) {
   } else {
     float ms = bench_time_op(fwd_bwd_op, &ctx, flush);
     /* fwd: read bf16 logits, write bf16 probs + map + fp32 intermediate;
-     * bwd: read bf16 grad + fp32 intermediate + map, write bf16 grad_logits */
-    double bytes = (double)TE * (2 + 2 + 1 + 4 + 2 + 4 + 1 + 2);
-    char extra[96];
-    snprintf(extra, sizeof extra, ", \"gbps\": %.1f, \"bytes\": %.0f", bytes / ms / 1e6, bytes);
+     * bwd: read bf16 grad + fp32 intermediate + map, write bf16 grad_logits
+     * (recompute: no intermediate written; bf16 logits read instead) */
+    double bytes = (double)TE * (2 + 2 + 1 + (recompute ? 0 : 4) + 2 + (recompute ? 2 : 4) + 1 + 2);
+    char extra[128];
+    snprintf(extra, sizeof extra, ", \"gbps\": %.1f, \"bytes\": %.0f%s", bytes / ms / 1e6, bytes,
+             bench_router_bwd_json());
     bench_result(stage, md, T, ms, extra);
   }
   gpu_free(logits); gpu_free(probs); gpu_free(grad); gpu_free(dx); gpu_free(map);

@@ -499,7 +499,8 @@ int moegen_abi_export(moegen_sandbox *sb, moegen_error *err) {
   static const char *const tables[][2] = {
       {"dtype", MOEGEN_DTYPES(LUA_DTYPE)},           {"dtype_bytes", MOEGEN_DTYPES(LUA_DTYPE_BYTES)},
       {"score", MOEGEN_SCORES(LUA_NAMED)},           {"index_dtype", MOEGEN_INDEX_DTYPES(LUA_NAMED)},
-      {"count_dtype", MOEGEN_COUNT_DTYPES(LUA_NAMED)}, {"limits", MOEGEN_LIMITS(LUA_NAMED)}};
+      {"count_dtype", MOEGEN_COUNT_DTYPES(LUA_NAMED)}, {"router_bwd", MOEGEN_ROUTER_BWDS(LUA_NAMED)},
+      {"limits", MOEGEN_LIMITS(LUA_NAMED)}};
   put(&t, "local abi = {\n");
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
     put(&t, "  %s = {%s },\n", tables[i][0], tables[i][1]);

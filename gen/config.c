@@ -32,7 +32,7 @@
 
 /* ---------------------------------------------------------------- the key table */
 
-typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_STR, KT_SCORE, KT_DTYPE } key_type;
+typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_STR, KT_SCORE, KT_DTYPE, KT_ROUTER_BWD } key_type;
 
 typedef struct key_desc {
   const char *key;  /* config key (Lua table key, --set key) */
@@ -66,6 +66,9 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
     KEY(MOEGEN_F_QUANTILE_BALANCING, KT_BOOL, quantile_balancing,
         "quantile balancing: cutoff = (K+1)-th biased score, per-expert histogram (sigmoid + "
         "expert_bias, no groups, topk < experts)"),
+    KEY(MOEGEN_F_ROUTER_BWD, KT_ROUTER_BWD, router_bwd,
+        "router backward state: saved (TE's: the forward writes an fp32 [T, E] intermediate) or "
+        "recompute (the backward recomputes it from the logits; the forward saves none)"),
 };
 
 /* Enum names from moegen/types.h: one array each, and "|a|b|c" (the type
@@ -74,17 +77,23 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
 #define NAME_OF_DTYPE(e, name, value, bytes) [value] = #name,
 #define ALT_OF_SCORE(e, name, value) "|" #name
 #define ALT_OF_DTYPE(e, name, value, bytes) "|" #name
+#define NAME_OF_ROUTER_BWD(e, name, value) [value] = #name,
+#define ALT_OF_ROUTER_BWD(e, name, value) "|" #name
 static const char score_alternatives[] = MOEGEN_SCORES(ALT_OF_SCORE);
 static const char dtype_alternatives[] = MOEGEN_DTYPES(ALT_OF_DTYPE);
+static const char router_bwd_alternatives[] = MOEGEN_ROUTER_BWDS(ALT_OF_ROUTER_BWD);
 
 static const char *const type_text[] = {
     [KT_INT] = "integer", [KT_NUM] = "number", [KT_BOOL] = "true|false", [KT_STR] = "string",
-    [KT_SCORE] = score_alternatives + 1, [KT_DTYPE] = dtype_alternatives + 1};
+    [KT_SCORE] = score_alternatives + 1, [KT_DTYPE] = dtype_alternatives + 1,
+    [KT_ROUTER_BWD] = router_bwd_alternatives + 1};
 
 static const char *const score_names[] = {MOEGEN_SCORES(NAME_OF_SCORE)};
 static const char *const dtype_names[] = {MOEGEN_DTYPES(NAME_OF_DTYPE)};
+static const char *const router_bwd_names[] = {MOEGEN_ROUTER_BWDS(NAME_OF_ROUTER_BWD)};
 #define N_SCORES (sizeof score_names / sizeof score_names[0])
 #define N_DTYPES (sizeof dtype_names / sizeof dtype_names[0])
+#define N_ROUTER_BWDS (sizeof router_bwd_names / sizeof router_bwd_names[0])
 
 const char *moegen_config_key_name(moegen_field f) {
   return (unsigned)f < MOEGEN_F_COUNT ? keys[f].key : NULL;
@@ -104,6 +113,10 @@ const char *moegen_score_name(moegen_score s) {
 
 const char *moegen_dtype_name(moegen_dtype d) {
   return (unsigned)d < N_DTYPES ? dtype_names[d] : "?";
+}
+
+const char *moegen_router_bwd_name(moegen_router_bwd_mode b) {
+  return (unsigned)b < N_ROUTER_BWDS ? router_bwd_names[b] : "?";
 }
 
 /* Field whose key is the `len` bytes at `key`, or -1. */
@@ -254,7 +267,8 @@ static bool int_of(const value *v, int *out) {
 /* What a value of each key type must be, for "expected X" messages. */
 static const char *const expected_text[] = {
     [KT_INT] = "an integer", [KT_NUM] = "a number", [KT_BOOL] = "a boolean (true or false)",
-    [KT_STR] = "a string", [KT_SCORE] = "a string", [KT_DTYPE] = "a string"};
+    [KT_STR] = "a string", [KT_SCORE] = "a string", [KT_DTYPE] = "a string",
+    [KT_ROUTER_BWD] = "a string"};
 
 /* Checks v against field f's type and stores it; on failure returns a
  * sysexits code with the reason (without the key) in why. */
@@ -283,14 +297,20 @@ static int convert(moegen_config *c, moegen_field f, const value *v, char *why, 
     return 0;
   case KT_SCORE:
   case KT_DTYPE:
+  case KT_ROUTER_BWD:
     if (v->kind != V_STRING) break;
     if (keys[f].type == KT_SCORE && (i = find_name(score_names, N_SCORES, v->s, v->len)) >= 0)
       *(moegen_score *)p = (moegen_score)i;
     if (keys[f].type == KT_DTYPE && (i = find_name(dtype_names, N_DTYPES, v->s, v->len)) >= 0)
       *(moegen_dtype *)p = (moegen_dtype)i;
+    if (keys[f].type == KT_ROUTER_BWD &&
+        (i = find_name(router_bwd_names, N_ROUTER_BWDS, v->s, v->len)) >= 0)
+      *(moegen_router_bwd_mode *)p = (moegen_router_bwd_mode)i;
     if (i >= 0) return 0;
     snprintf(why, n, "unknown %s %s (expected %s)",
-             keys[f].type == KT_SCORE ? "score function" : "dtype", got, type_text[keys[f].type]);
+             keys[f].type == KT_SCORE ? "score function"
+             : keys[f].type == KT_DTYPE ? "dtype" : "router backward mode",
+             got, type_text[keys[f].type]);
     return EX_CONFIG;
   }
   snprintf(why, n, "expected %s, got %s", expected_text[keys[f].type], got);
@@ -739,6 +759,9 @@ static int check_dtypes(const moegen_config *c, moegen_error *err) {
     return reject(err, EX_DATAERR, c, MOEGEN_F_DTYPE, "invalid enum value %d", (int)c->dtype);
   if (c->dtype == MOEGEN_DTYPE_FP32)
     return reject(err, EX_CONFIG, c, MOEGEN_F_DTYPE, "must be \"bf16\" or \"fp16\", got \"fp32\"");
+  if ((unsigned)c->router_bwd >= N_ROUTER_BWDS)
+    return reject(err, EX_DATAERR, c, MOEGEN_F_ROUTER_BWD, "invalid enum value %d",
+                  (int)c->router_bwd);
   return 0;
 }
 
@@ -816,6 +839,7 @@ static void put_field(sink *s, const moegen_config *c, moegen_field f) {
   case KT_STR: put_string(s, p, strnlen(p, sizeof c->name)); break;
   case KT_SCORE: put_enum(s, moegen_score_name(*(const moegen_score *)p)); break;
   case KT_DTYPE: put_enum(s, moegen_dtype_name(*(const moegen_dtype *)p)); break;
+  case KT_ROUTER_BWD: put_enum(s, moegen_router_bwd_name(*(const moegen_router_bwd_mode *)p)); break;
   }
   put(s, ",\n");
 }

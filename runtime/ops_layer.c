@@ -16,7 +16,7 @@ enum { ALIGN = 256 }; /* every carved buffer starts on a 256-byte boundary */
 /* Where each buffer lives, as byte offsets into saved or workspace. */
 typedef struct layer_layout {
   int64_t rows;                      /* R = max_tokens * K: rows of the permuted buffers */
-  size_t idx, weights, inter, counts; /* saved: router outputs */
+  size_t idx, weights, inter, counts; /* saved: router outputs (no inter: router_bwd = recompute) */
   size_t row_map, offsets, pcounts, pprobs, xrows, h, act; /* saved: permute + GEMM1 */
   size_t saved_bytes;
   size_t perm_ws, perm_ws_bytes, y2, dh, dprob, gw; /* workspace (y2 is also dy2, then dxr) */
@@ -49,7 +49,8 @@ static moegen_status layout_of(const moegen_image *img, int64_t max_tokens, laye
   size_t c = 0;
   L->idx = take(&c, 4 * (size_t)(T * K));
   L->weights = take(&c, 4 * (size_t)(T * K));
-  L->inter = take(&c, 4 * (size_t)(T * E));
+  /* router_bwd = recompute: the backward recomputes the router's state from the logits */
+  L->inter = img->router_bwd.recompute ? 0 : take(&c, 4 * (size_t)(T * E));
   L->counts = take(&c, 4 * (size_t)E);
   L->row_map = take(&c, 4 * (size_t)(T * K));
   L->offsets = take(&c, 4 * (size_t)(E + 1));
@@ -144,7 +145,7 @@ moegen_status moegen_layer_fwd(moegen_module *m, const moegen_layer_fwd_args *a,
                                .expert_bias = a->expert_bias,
                                .topk_indices = AT(s, L.idx),
                                .topk_weights = AT(s, L.weights),
-                               .intermediate = AT(s, L.inter),
+                               .intermediate = img->router_bwd.recompute ? NULL : AT(s, L.inter),
                                .expert_counts = AT(s, L.counts)};
   st = moegen_router_fwd(m, &ra, stream);
   if (st != MOEGEN_OK) return st;
@@ -224,6 +225,12 @@ moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *a,
   if (st != MOEGEN_OK) return st;
   const moegen_image *img = moegen_module_image(m);
   const int64_t T = a->num_tokens, R = T * img->router.topk;
+  const int recompute = img->router_bwd.recompute;
+  if (T > 0 && !a->logits != !!recompute)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "layer_bwd: logits %s the config has router_bwd = %s", a->logits
+                              ? "given but" : "is NULL but", recompute ? "recompute (the router "
+                              "backward reads the forward's logits)" : "saved (pass NULL)");
   if (T == 0) { /* an empty batch: zero weight grads (accumulate: main_grad kept); reads nothing */
     if (!a->accumulate && (!a->dw1 || !a->dw2))
       return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
@@ -287,7 +294,8 @@ moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *a,
   if (st != MOEGEN_OK) return st;
   moegen_router_bwd_args rb = {.num_tokens = T,
                                .grad_weights = AT(w, L.gw),
-                               .intermediate = AT(s, L.inter),
+                               .intermediate = recompute ? NULL : AT(s, L.inter),
+                               .logits = a->logits,
                                .topk_indices = AT(s, L.idx),
                                .grad_logits = a->dlogits};
   return moegen_router_bwd(m, &rb, stream);

@@ -14,8 +14,12 @@ moegen_status moegen_router_fwd_shape_of(const moegen_image *image, int64_t num_
   if (!moegen_has_kernel(image, MOEGEN_KERNEL_ROUTER_FWD)) return MOEGEN_ERR_NOT_SUPPORTED;
   memset(shape, 0, sizeof *shape);
   int64_t T = num_tokens, E = p->experts, K = p->topk;
-  shape->probs[0] = shape->routing_map[0] = shape->intermediate[0] = T;
-  shape->probs[1] = shape->routing_map[1] = shape->intermediate[1] = E;
+  shape->probs[0] = shape->routing_map[0] = T;
+  shape->probs[1] = shape->routing_map[1] = E;
+  if (!image->router_bwd.recompute) { /* recompute: the backward reads the logits instead */
+    shape->intermediate[0] = T;
+    shape->intermediate[1] = E;
+  }
   shape->routing_bitmap[0] = T;
   shape->routing_bitmap[1] = (E + 7) / 8;
   shape->topk_indices[0] = shape->topk_weights[0] = T;
@@ -46,6 +50,11 @@ static moegen_status check_args(moegen_module *m, const moegen_router_fwd_args *
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "router_fwd: qb_* arguments given but the config has no "
                               "quantile_balancing");
+  if (moegen_module_image(m)->router_bwd.recompute && a->intermediate)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "router_fwd: intermediate given but the config has router_bwd = "
+                              "recompute: the backward recomputes that state from the logits, so "
+                              "the forward saves none (pass NULL)");
   if (p->has_bias && a->num_tokens > 0 && !a->expert_bias)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "router_fwd: the config has expert_bias but expert_bias is NULL");

@@ -44,14 +44,24 @@ static moegen_status check_args(moegen_module *m, const moegen_router_bwd_args *
   if (a->grad_weights && !a->topk_indices)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "router_bwd: grad_weights are aligned with topk_indices, which is NULL");
-  if (!a->intermediate || !a->grad_logits)
-    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_bwd: %s is NULL",
-                              a->intermediate ? "grad_logits" : "intermediate");
-  if (moegen_misaligned(a->grad_probs) || moegen_misaligned(a->intermediate) || moegen_misaligned(a->routing_map) ||
-      moegen_misaligned(a->grad_logits))
+  /* The forward's state: the saved intermediate, or the logits to recompute it from. */
+  const char *state = p->recompute ? "logits" : "intermediate";
+  const void *given = p->recompute ? a->logits : (const void *)a->intermediate;
+  const void *other = p->recompute ? (const void *)a->intermediate : a->logits;
+  if (other)
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
-                              "router_bwd: grad_probs, intermediate, routing_map and grad_logits "
-                              "must be 16-byte aligned");
+                              "router_bwd: %s given but the config has router_bwd = %s (the "
+                              "backward reads the %s): pass NULL", p->recompute ? "intermediate" : "logits",
+                              p->recompute ? "recompute" : "saved", state);
+  if (!given || !a->grad_logits)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "router_bwd: %s is NULL%s",
+                              given ? "grad_logits" : state,
+                              given ? "" : p->recompute ? " (router_bwd = recompute)" : "");
+  if (moegen_misaligned(a->grad_probs) || moegen_misaligned(given) ||
+      moegen_misaligned(a->routing_map) || moegen_misaligned(a->grad_logits))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "router_bwd: grad_probs, %s, routing_map and grad_logits "
+                              "must be 16-byte aligned", state);
   return MOEGEN_OK;
 }
 
@@ -68,8 +78,8 @@ moegen_status moegen_router_bwd(moegen_module *m, const moegen_router_bwd_args *
       (unsigned)((a->num_tokens + p->tokens_per_block - 1) / p->tokens_per_block),
       (unsigned)p->threads, 0};
   moegen_args_router_bwd args = {
-      .a = {a->grad_probs, a->grad_weights, a->intermediate, a->routing_map, a->routing_bitmap,
-            a->topk_indices, a->grad_logits},
+      .a = {a->grad_probs, a->grad_weights, a->intermediate, a->logits, a->routing_map,
+            a->routing_bitmap, a->topk_indices, a->grad_logits},
       .T = (int)a->num_tokens,
       .index_dtype = (int)a->index_dtype};
   return moegen_launch_router_bwd(m, MOEGEN_KERNEL_ROUTER_BWD, fn, &dims, &args, stream,

@@ -222,7 +222,13 @@ local function row_plan(E, esize)
 end
 
 local function router_bwd_plan()
-  return row_plan(cfg.experts, dtype_bytes[cfg.logits_dtype])
+  local p = row_plan(cfg.experts, dtype_bytes[cfg.logits_dtype])
+  -- router_bwd = recompute: the kernel reads a token's logits (2 bytes an
+  -- expert in bf16) instead of the fp32 intermediate the forward would have
+  -- written (4 bytes there, 4 here), and recomputes that state from them;
+  -- issue 32 item 5 (Qwen3 T = 16384: ~23 MB moved instead of ~38 MB).
+  p.recompute = abi.router_bwd[cfg.router_bwd]
+  return p
 end
 
 -- Aux loss: the score kernels share the router backward's row layout; the

@@ -27,7 +27,7 @@ typedef enum moegen_field {
   MOEGEN_F_SCORE, MOEGEN_F_PRE_SOFTMAX, MOEGEN_F_GROUPS, MOEGEN_F_GROUP_TOPK,
   MOEGEN_F_EXPERT_BIAS, MOEGEN_F_SCALING, MOEGEN_F_LOGITS_DTYPE, MOEGEN_F_DTYPE,
   MOEGEN_F_SHARED_EXPERTS, MOEGEN_F_AUX_LOSS_COEFF, MOEGEN_F_QUANTILE_BALANCING,
-  MOEGEN_F_COUNT
+  MOEGEN_F_ROUTER_BWD, MOEGEN_F_COUNT
 } moegen_field;
 
 /* Where a field's value came from: a file and 1-based line (0: the file as
@@ -58,6 +58,8 @@ typedef struct moegen_config {
   int shared_experts;        /* informational: shared experts left to the caller */
   double aux_loss_coeff;     /* informational: aux loss coefficient */
   bool quantile_balancing;   /* QB routing (SPEC 3): sigmoid + bias, top-(K+1) cutoff, histogram */
+  moegen_router_bwd_mode router_bwd; /* saved (default, TE's): the forward saves the fp32
+                              * intermediate; recompute: the backward recomputes it from the logits */
   moegen_origin origin[MOEGEN_F_COUNT]; /* where each field was last set */
 } moegen_config;
 
@@ -74,7 +76,7 @@ void moegen_config_defaults(moegen_config *c);
  * keys, run in a sandbox whose environment holds only `math` (without
  * random), under memory and instruction caps. Unknown keys, wrong types and
  * malformed files are errors (EX_DATAERR, also for a name that is not UTF-8;
- * EX_CONFIG for an unknown score or dtype name or a name over 63 bytes or
+ * EX_CONFIG for an unknown score, dtype or router_bwd name or a name over 63 bytes or
  * with a control character; EX_NOINPUT if the file cannot be read). On
  * error `c` is unchanged. */
 int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err);
@@ -107,7 +109,7 @@ const char *const *moegen_preset_names(void);
  * the command line (recorded as the origin line). Booleans are true/false.
  * EX_USAGE without '=' or for an unknown key, EX_DATAERR for a value of the
  * wrong type or a name that is not UTF-8, EX_CONFIG for an unknown
- * score/dtype name or a long name. */
+ * score/dtype/router_bwd name or a long name. */
 int moegen_config_set(moegen_config *c, const char *assignment, int argpos, moegen_error *err);
 
 /* Checks every field and every cross-field rule (K <= E, E % groups == 0,
@@ -123,14 +125,15 @@ size_t moegen_config_to_lua(const moegen_config *c, char *buf, size_t size);
 const char *moegen_config_key_name(moegen_field f);
 
 /* The values a config key takes ("integer", "number", "true|false", "string",
- * "sigmoid|softmax|sqrtsoftplus", "fp32|bf16|fp16") and its one-line meaning,
+ * "sigmoid|softmax|sqrtsoftplus", "fp32|bf16|fp16", "saved|recompute") and its one-line meaning,
  * for help texts; NULL if f is out of range. */
 const char *moegen_config_key_type(moegen_field f);
 const char *moegen_config_key_help(moegen_field f);
 
-/* Text names for enums ("softmax", "bf16", ...). */
+/* Text names for enums ("softmax", "bf16", "recompute", ...); "?" if out of range. */
 const char *moegen_score_name(moegen_score s);
 const char *moegen_dtype_name(moegen_dtype d);
+const char *moegen_router_bwd_name(moegen_router_bwd_mode b);
 
 #ifdef __cplusplus
 }

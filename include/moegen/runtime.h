@@ -153,7 +153,9 @@ typedef struct moegen_router_fwd_shape {
   int64_t routing_bitmap[2]; /* [T, ceil(E/8)] uint8, bit e%8 of byte e/8 (LSB-first) */
   int64_t topk_indices[2];   /* [T, K]  index_dtype */
   int64_t topk_weights[2];   /* [T, K]  fp32 */
-  int64_t intermediate[2];   /* [T, E]  fp32, saved for backward */
+  int64_t intermediate[2];   /* [T, E]  fp32, saved for backward; [0, 0] where the config has
+                              * router_bwd = recompute (the backward reads the logits instead,
+                              * and the forward takes no intermediate) */
   int64_t expert_counts[1];  /* [E]    int32 */
   int64_t qb_cutoff[1];      /* [T]    fp32 (quantile-balancing modules) */
   size_t workspace_bytes;    /* 0: the router needs no scratch */
@@ -177,7 +179,8 @@ typedef struct moegen_router_fwd_args {
                            * order (a caller's buffer is overwritten in place) */
   moegen_index_dtype index_dtype; /* element type of topk_indices (0 = int32) */
   float *topk_weights;    /* out [T, K] scaling*p of topk_indices, fp32 */
-  float *intermediate;    /* out [T, E] fp32 saved state for the backward (SPEC 1) */
+  float *intermediate;    /* out [T, E] fp32 saved state for the backward (SPEC 1); must be
+                           * NULL where the config has router_bwd = recompute */
   int32_t *expert_counts; /* out [E] tokens routed to each expert (overwritten) */
   /* Quantile balancing (modules with quantile_balancing; NULL/0 otherwise). */
   int32_t *qb_histogram;  /* in/out [E, qb_bins]: ACCUMULATED in place, += 1 per (token,
@@ -218,14 +221,19 @@ moegen_status moegen_router_bwd_shape_of(const moegen_image *image, int64_t num_
 /* Router backward arguments (device pointers, 16-byte aligned). The gradient
  * comes as exactly one of grad_probs (dense) or grad_weights (compact, with
  * topk_indices); the routing as exactly one of routing_map, routing_bitmap
- * or topk_indices, as moegen_router_fwd wrote it. */
+ * or topk_indices, as moegen_router_fwd wrote it; the forward's state as
+ * the config's router_bwd says: intermediate (saved) or logits (recompute),
+ * the other NULL. */
 typedef struct moegen_router_bwd_args {
   int64_t num_tokens;            /* T >= 0, T*E <= INT32_MAX; T = 0 does nothing (no GPU
                                   * work) and every pointer may be NULL */
   const void *grad_probs;        /* in [T, E] logits dtype: grad of probs, or NULL */
   const float *grad_weights;     /* in [T, K] fp32: grad of topk_weights, aligned with
                                   * topk_indices, or NULL */
-  const float *intermediate;     /* in [T, E] fp32 saved by moegen_router_fwd */
+  const float *intermediate;     /* in [T, E] fp32 saved by moegen_router_fwd (router_bwd =
+                                  * saved), else NULL */
+  const void *logits;            /* in [T, E] logits dtype: the logits moegen_router_fwd read
+                                  * (router_bwd = recompute), else NULL */
   const uint8_t *routing_map;    /* in [T, E] bytemap (nonzero = selected), or NULL */
   const uint8_t *routing_bitmap; /* in [T, ceil(E/8)] bit e%8 of byte e/8, or NULL */
   const void *topk_indices;      /* in [T, K] index_dtype: distinct expert ids, or NULL */
@@ -235,7 +243,9 @@ typedef struct moegen_router_bwd_args {
 
 /* Backward of moegen_router_fwd (SPEC.md 1, Backward): grad_logits from the
  * grad of the probs (times the config's scaling), the saved intermediate
- * and the selection; all math fp32. Every routing format gives bit-identical
+ * (or, router_bwd = recompute, the same state recomputed in fp32 from the
+ * logits and the selection: equal within SPEC.md 6's tolerances) and the
+ * selection; all math fp32. Every routing format gives bit-identical
  * grad_logits. Buffer contract: reads the inputs; writes every element of
  * grad_logits; mutates nothing else. One kernel on `stream`; no host sync. */
 moegen_status moegen_router_bwd(moegen_module *m, const moegen_router_bwd_args *args,
@@ -874,7 +884,7 @@ moegen_status moegen_layer_fwd(moegen_module *m, const moegen_layer_fwd_args *ar
 
 /* Layer backward arguments (device pointers). */
 typedef struct moegen_layer_bwd_args {
-  int64_t num_tokens;        /* T of the forward that wrote saved. T = 0 reads nothing (dy,
+  int64_t num_tokens;        /* T of the forward that wrote saved. T = 0 reads nothing (dy, logits,
                               * saved, workspace, w1, w2 may be NULL; dx, dlogits are empty)
                               * and zeroes dw1 and dw2 (accumulate = 0: required; memset
                               * nodes) or leaves them as they are (accumulate = 1) */
@@ -882,6 +892,8 @@ typedef struct moegen_layer_bwd_args {
   const void *dy;            /* in  [T, H] bf16 gradient of y */
   const void *w1;            /* in  [E, 2F, H] bf16, as in the forward */
   const void *w2;            /* in  [E, H, F] bf16, as in the forward */
+  const void *logits;        /* in  [T, E] logits dtype, the forward's (unchanged), where the
+                              * config has router_bwd = recompute; else NULL */
   const void *saved;         /* in  the forward's saved */
   size_t saved_bytes;
   void *dx;                  /* out [T, H] bf16 */
@@ -895,7 +907,8 @@ typedef struct moegen_layer_bwd_args {
 
 /* MoE layer backward: grads for x, the logits and both weight stacks (the
  * expert bias gets none, as in TE). Buffer contract: reads dy, w1, w2,
- * saved; writes dx, dlogits, dw1, dw2 (or adds into them); clobbers
+ * saved (and logits: router_bwd = recompute, whose saved holds no router
+ * intermediate, 4 * T * E bytes fewer); writes dx, dlogits, dw1, dw2 (or adds into them); clobbers
  * workspace. No host sync, graph-capturable. The route-weight gradient is
  * summed with fp32 atomics, so dlogits' last bits may vary run to run. */
 moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *args,

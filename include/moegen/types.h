@@ -4,7 +4,7 @@
  * parser and help texts use (gen/config.c), and the `abi` table the Lua
  * sandbox gives plan.lua and the templates (gen/sandbox.c: abi.dtype.bf16,
  * abi.score.softmax, abi.index_dtype.int16, abi.count_dtype.bf16,
- * abi.limits.max_experts), so no template or plan
+ * abi.router_bwd.recompute, abi.limits.max_experts), so no template or plan
  * restates a number. */
 #ifndef MOEGEN_TYPES_H
 #define MOEGEN_TYPES_H
@@ -29,6 +29,13 @@ extern "C" {
 /* Element types of an aux-loss tokens_per_expert: X(ENUM, name, value). */
 #define MOEGEN_COUNT_DTYPES(X) \
   X(INT32, int32, 0) X(INT64, int64, 1) X(FP32, fp32, 2) X(BF16, bf16, 3) X(INT16, int16, 4)
+
+/* How the router backward gets the forward's per-token state (config key
+ * router_bwd): X(ENUM, name, value). saved: the forward writes the fp32
+ * intermediate [T, E] and the backward reads it (TransformerEngine's way);
+ * recompute: the forward saves nothing, and the backward recomputes that
+ * state from the logits the forward took (and the routing). */
+#define MOEGEN_ROUTER_BWDS(X) X(SAVED, saved, 0) X(RECOMPUTE, recompute, 1)
 
 /* Hard limits of the generated kernels (checked by config validation):
  * X(ENUM, name, value). The router kernels lay a token's experts over the
@@ -60,6 +67,10 @@ typedef enum moegen_index_dtype { MOEGEN_INDEX_DTYPES(MOEGEN_INDEX_ENUM_) } moeg
 #define MOEGEN_COUNT_ENUM_(e, name, value) MOEGEN_COUNT_##e = value,
 typedef enum moegen_count_dtype { MOEGEN_COUNT_DTYPES(MOEGEN_COUNT_ENUM_) } moegen_count_dtype;
 #undef MOEGEN_COUNT_ENUM_
+
+#define MOEGEN_ROUTER_BWD_ENUM_(e, name, value) MOEGEN_ROUTER_BWD_##e = value,
+typedef enum moegen_router_bwd_mode { MOEGEN_ROUTER_BWDS(MOEGEN_ROUTER_BWD_ENUM_) } moegen_router_bwd_mode;
+#undef MOEGEN_ROUTER_BWD_ENUM_
 
 #define MOEGEN_LIMIT_ENUM_(e, name, value) MOEGEN_##e = value,
 enum { MOEGEN_LIMITS(MOEGEN_LIMIT_ENUM_) };

@@ -30,6 +30,23 @@ if(CMAKE_CXX_COMPILER)
     add_test(NAME test_router_emu_${i} COMMAND test_router_emu_${i} ${i})
     set_tests_properties(test_router_emu_${i} PROPERTIES LABELS "unit;emu" TIMEOUT 300)
   endforeach()
+  # The router backward of a few specs (emit_kernel.c's bwd_specs), both
+  # router_bwd modes, one program.
+  set(bwd_inc ${CMAKE_CURRENT_BINARY_DIR}/emu/router_bwd.inc)
+  add_custom_command(OUTPUT ${bwd_inc}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/emu
+    COMMAND moegen_emit_kernel ${bwd_inc} bwd
+    DEPENDS moegen_emit_kernel COMMENT "Emitting the router backward kernels for the warp emulation")
+  add_executable(test_router_bwd_emu emu/test_router_bwd_emu.cpp ${bwd_inc})
+  set_target_properties(test_router_bwd_emu PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
+  target_compile_definitions(test_router_bwd_emu PRIVATE MOEGEN_EMU_BWD="${bwd_inc}")
+  target_compile_options(test_router_bwd_emu PRIVATE -O1 -Wno-unknown-pragmas -Wno-unused-function
+    -Wno-maybe-uninitialized)
+  target_include_directories(test_router_bwd_emu PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/emu
+    ${CMAKE_CURRENT_SOURCE_DIR}/gpu ${CMAKE_SOURCE_DIR}/tests/ref ${CMAKE_SOURCE_DIR}/include)
+  target_link_libraries(test_router_bwd_emu PRIVATE moegen_gen moegen_ref Threads::Threads)
+  add_test(NAME test_router_bwd_emu COMMAND test_router_bwd_emu)
+  set_tests_properties(test_router_bwd_emu PROPERTIES LABELS "unit;emu" TIMEOUT 300)
   # The GEMM tile space (tables, decode, column groups) on one emulated warp.
   moegen_add_test(test_gemm_decode SOURCES emu/test_gemm_decode.cpp LABELS unit emu)
   set_target_properties(test_gemm_decode PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)

@@ -38,14 +38,15 @@ extern unsigned char emu_smem[1 << 20];   /* the block's dynamic shared memory *
 static inline int emu_lane() { return (int)(threadIdx.x & 31); }
 
 /* Runs body() once on each of the 32 lanes of one warp (threadIdx.x =
- * lane, a std::thread each) and returns when all are done. */
-template <class F> static inline void emu_run_warp(F &&body) {
+ * first + lane, a std::thread each; first: the warp's first thread in its
+ * block, a multiple of 32) and returns when all are done. */
+template <class F> static inline void emu_run_warp(F &&body, unsigned first = 0) {
   std::barrier<> warp(32);
   emu_warp = &warp;
   std::vector<std::thread> lanes;
   for (unsigned l = 0; l < 32; l++)
     lanes.emplace_back([&, l] {
-      threadIdx = {l, 0, 0};
+      threadIdx = {first + l, 0, 0};
       body();
     });
   for (auto &t : lanes) t.join();

@@ -1,6 +1,6 @@
 /* The image: what moegen_module_create needs (moegen/abi.def lists its plan fields). */
 const moegen_image golden_image = {
-  .abi_version = 10, /* MOEGEN_RT_ABI_VERSION of the generator */
+  .abi_version = 11, /* MOEGEN_RT_ABI_VERSION of the generator */
   .name = "golden",
   .arch = "sm_90a",
   .config_lua = golden_config_lua,
@@ -33,6 +33,7 @@ const moegen_image golden_image = {
   .router_bwd.threads = 256,
   .router_bwd.tokens_per_block = 8,
   .router_bwd.logits_dtype = 1,
+  .router_bwd.recompute = 0,
   .aux.experts = 256,
   .aux.topk = 8,
   .aux.threads = 256,

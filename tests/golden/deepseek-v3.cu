@@ -17,6 +17,7 @@
 //     shared_experts = 1,
 //     aux_loss_coeff = 0.001,
 //     quantile_balancing = false,
+//     router_bwd = "saved",
 //   }
 //
 // Self-contained: compile with nvcc -cubin -gencode=arch=compute_XX,code=sm_XX
@@ -829,10 +830,12 @@ moegen_router_fwd_small(router_small::Outputs o, int T, int index_dtype, int qb_
 // ---------------------------------------------------------------- router backward
 // Router backward (SPEC.md section 1, Backward), specialized for:
 //   E = 256, K = 8, score = sigmoid, scaling = 2.5
-//   grads bf16; 32 lanes per token, 8 experts per lane
-// One streaming pass: each lane reads its slice of a token's grad,
-// intermediate and routing once into registers, the token's sums are
-// butterflies over its lanes, and grad_logits is written once. The routing
+//   grads bf16; 32 lanes per token, 8 experts per lane; router_bwd = saved
+// One streaming pass: each lane reads its slice of a token's grad, saved
+// state and routing once into registers, the token's sums are butterflies
+// over its lanes, and grad_logits is written once. The saved state is the
+// forward's fp32 intermediate (router_bwd = saved) or is recomputed from
+// the token's logits (recompute: recompute_state). The routing
 // (bytemap, bitmap or indices) first becomes one per-lane selection mask, so
 // every format runs the same arithmetic and gives bit-identical results.
 // The aux-loss score kernels (aux_loss.cu.lt, rendered after this file) use
@@ -851,6 +854,7 @@ constexpr int NBYTES = (E + 7) / 8;             // bitmap bytes per token
 enum { SIGMOID = 0, SOFTMAX = 1, SQRTSOFTPLUS = 2 };
 constexpr int SCORE = 0;
 constexpr bool PRE_SOFTMAX = false;
+constexpr bool RECOMPUTE = false; // state from the logits
 constexpr float SCALING = 0x1.4p+1f;
 constexpr float EPSILON = 1e-20f;
 typedef bf16_t logit_t;
@@ -949,6 +953,39 @@ __device__ __forceinline__ mask_t mask_of_indices(const I *row, int base, const 
   return m;
 }
 
+// Turns y, the lane's slice of a token's logits (0 past E), into the state
+// the forward saves as its intermediate (SPEC section 1): sigmoid s(x);
+// sqrtsoftplus x itself; pre-softmax the softmax over all E; post-softmax
+// the softmax over the selected experts m (what grad_to_dx reads of it:
+// entries off m are left 0, where the forward writes -inf). The math is
+// the forward's (router.cu.lt), in this kernel's lane layout, so sums may
+// round differently (SPEC section 6 tolerances). Sums run over the token's
+// L lanes, so every lane of the warp must call it.
+template <int SC, bool PRE>
+__device__ __forceinline__ void recompute_state(float (&y)[V], mask_t m, int base) {
+  if constexpr (SC == SIGMOID) {
+#pragma unroll
+    for (int i = 0; i < V; i++) y[i] = sigmoid(y[i]);
+  } else if constexpr (SC == SOFTMAX) {
+    const mask_t on = PRE ? valid_bits(base) : m; // the experts the softmax is over
+    float top = -MOEGEN_INF;
+#pragma unroll
+    for (int i = 0; i < V; i++) top = (on >> i) & 1 ? fmaxf(top, y[i]) : top;
+    top = seg_max<L>(top);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+      y[i] = (on >> i) & 1 ? expf(y[i] - top) : 0.f;
+      sum += y[i];
+    }
+    // A token with nothing selected (indices outside [0, E), or a lane past
+    // T) keeps y = 0: its grads are 0 either way.
+    const float inv = 1.f / seg_sum<L>(sum);
+#pragma unroll
+    for (int i = 0; i < V; i++) y[i] = (on >> i) & 1 ? y[i] * inv : 0.f;
+  }
+}
+
 // Turns g, one token's slice of grads (already times the scaling factor),
 // into dx, the grad of the logits, in place (fewer live registers), from
 // the saved state y and selection mask m; sums run over the token's L
@@ -1000,7 +1037,8 @@ __device__ __forceinline__ void grad_to_dx(float (&g)[V], const float (&y)[V], m
 struct BwdArgs {
   const logit_t *grad;  // [T,E] dense grad of probs, or null (then grad_w)
   const float *grad_w;  // [T,K] grad of topk_weights aligned with idx, or null
-  const float *inter;   // [T,E] fp32 saved by the forward
+  const float *inter;   // [T,E] fp32 saved by the forward (saved), or null
+  const logit_t *logits; // [T,E] the forward's logits (recompute), or null
   const u8 *map;        // [T,E] bytemap, or null
   const u8 *bitmap;     // [T,NBYTES] bitmap, or null
   const void *idx;      // [T,K] expert ids (index_dtype), or null
@@ -1018,21 +1056,23 @@ __device__ __forceinline__ mask_t routing_mask(const BwdArgs &a, long long t, in
   return mask_of_indices((const int *)a.idx + t * K, base, w, g);
 }
 } // namespace rbwd
-static_assert(sizeof(rbwd::BwdArgs) == 56, "rbwd::BwdArgs mirrors moegen_router_bwd_params (moegen/abi.def)");
+static_assert(sizeof(rbwd::BwdArgs) == 64, "rbwd::BwdArgs mirrors moegen_router_bwd_params (moegen/abi.def)");
 static_assert([] {
   rbwd::BwdArgs s{};
-  auto &[f0, f1, f2, f3, f4, f5, f6] = s;
+  auto &[f0, f1, f2, f3, f4, f5, f6, f7] = s;
   return (const void *)&f0 == (const void *)&s.grad && sizeof(s.grad) == 8 &&
          (const void *)&f1 == (const void *)&s.grad_w && sizeof(s.grad_w) == 8 &&
          (const void *)&f2 == (const void *)&s.inter && sizeof(s.inter) == 8 &&
-         (const void *)&f3 == (const void *)&s.map && sizeof(s.map) == 8 &&
-         (const void *)&f4 == (const void *)&s.bitmap && sizeof(s.bitmap) == 8 &&
-         (const void *)&f5 == (const void *)&s.idx && sizeof(s.idx) == 8 &&
-         (const void *)&f6 == (const void *)&s.out && sizeof(s.out) == 8;
-}(), "rbwd::BwdArgs: fields grad, grad_w, inter, map, bitmap, idx, out in this order and size");
+         (const void *)&f3 == (const void *)&s.logits && sizeof(s.logits) == 8 &&
+         (const void *)&f4 == (const void *)&s.map && sizeof(s.map) == 8 &&
+         (const void *)&f5 == (const void *)&s.bitmap && sizeof(s.bitmap) == 8 &&
+         (const void *)&f6 == (const void *)&s.idx && sizeof(s.idx) == 8 &&
+         (const void *)&f7 == (const void *)&s.out && sizeof(s.out) == 8;
+}(), "rbwd::BwdArgs: fields grad, grad_w, inter, logits, map, bitmap, idx, out in this order and size");
 
 // Grid: ceil(T / TOKENS_PER_BLOCK) blocks of THREADS, no shared memory.
-// Exactly one of map / bitmap / idx is non-null; grad_w needs idx.
+// Exactly one of map / bitmap / idx is non-null; grad_w needs idx; inter
+// (saved) or logits (RECOMPUTE) is non-null.
 // index_dtype: 0 int32, 1 int16, 2 int64.
 #if MOEGEN_WANT(2) // moegen_router_bwd
 extern "C" __global__ void __launch_bounds__(rbwd::THREADS)
@@ -1046,10 +1086,12 @@ moegen_router_bwd(rbwd::BwdArgs a, int T, int index_dtype) {
 #pragma unroll
   for (int i = 0; i < V; i++) g[i] = y[i] = 0.f;
   if (owned) {
-    load_row<float, FVEC>(a.inter + t * E, base, y);
+    if constexpr (RECOMPUTE) load_row<logit_t, GVEC>(a.logits + t * E, base, y);
+    else load_row<float, FVEC>(a.inter + t * E, base, y);
     if (a.grad) load_row<logit_t, GVEC>(a.grad + t * E, base, g);
     m = routing_mask(a, t, base, index_dtype, g);
   }
+  if constexpr (RECOMPUTE) recompute_state<SCORE, PRE_SOFTMAX>(y, m, base);
 #pragma unroll
   for (int i = 0; i < V; i++) g[i] *= SCALING;
   grad_to_dx<SCORE, PRE_SOFTMAX, (K > 1)>(g, y, m);

@@ -44,4 +44,15 @@ static inline int close_dt(moegen_dtype d, float got, float want, int E) {
   return fabs((double)got - round_dt(d, want)) <= 1e-6 + ulp * fabs(want);
 }
 
+/* Two outputs each within close_dt of one reference (two implementations,
+ * e.g. router_bwd saved and recompute) are within twice its tolerance of
+ * each other. NaN never passes. */
+static inline int close_pair(moegen_dtype d, float a, float b, int E) {
+  if (isnan(a) || isnan(b)) return 0;
+  double m = fmax(fabs(a), fabs(b));
+  if (d == MOEGEN_DTYPE_FP32)
+    return fabs((double)a - b) <= 2 * (fmax(1e-5, 4e-7 * E) + fmax(1.3e-6, 4e-7 * E) * m);
+  return fabs((double)a - b) <= 2 * (1e-6 + (d == MOEGEN_DTYPE_BF16 ? 1.0 / 128 : 1.0 / 1024) * m);
+}
+
 #endif

@@ -4,7 +4,9 @@
  * not tile multiples, at T = 1 and an odd T; forward y, backward dx,
  * dlogits, dw1, dw2 (bf16 and fp32 accumulate); and the whole forward +
  * backward captured in one CUDA graph, replayed with new inputs (a new
- * routing) at the same T. Tolerance (SPEC.md 6, bf16 GEMM outputs): relative
+ * routing) at the same T; and one model again with router_bwd = recompute
+ * (no router intermediate in saved: the backward reads the logits), eager
+ * and captured, its saved smaller by the intermediate's bytes. Tolerance (SPEC.md 6, bf16 GEMM outputs): relative
  * Frobenius error < 1e-2 and max |d| / max |ref| < 2e-2. NaN fails.
  * Exit 77 (skipped) without a device. */
 #include <math.h>
@@ -55,6 +57,7 @@ static void new_inputs(problem *p) {
 
 static problem make_problem(moegen_module *m, const layer_model *md, int T) {
   problem p = {.c = config_of(md), .T = T};
+  if (moegen_module_image(m)->router_bwd.recompute) p.c.router_bwd = MOEGEN_ROUTER_BWD_RECOMPUTE;
   const int E = md->E;
   moegen_layer_shape_of(moegen_module_image(m), T, &p.sh);
   size_t nx = (size_t)T * H, nl = (size_t)T * E, n1 = (size_t)E * 2 * F * H, n2 = (size_t)E * H * F;
@@ -91,8 +94,10 @@ static moegen_layer_fwd_args fwd_args(const problem *p) {
 
 static moegen_layer_bwd_args bwd_args(const problem *p, int accumulate) {
   return (moegen_layer_bwd_args){.num_tokens = p->T, .max_tokens = p->T, .dy = p->ddy,
-                                 .w1 = p->dw1_, .w2 = p->dw2_, .saved = p->saved,
-                                 .saved_bytes = p->sh.saved_bytes, .dx = p->gx,
+                                 .w1 = p->dw1_, .w2 = p->dw2_,
+                                 .logits = p->c.router_bwd == MOEGEN_ROUTER_BWD_RECOMPUTE
+                                               ? p->dlogits_ : NULL,
+                                 .saved = p->saved, .saved_bytes = p->sh.saved_bytes, .dx = p->gx,
                                  .dlogits = p->glogits, .dw1 = p->gw1, .dw2 = p->gw2,
                                  .accumulate = accumulate, .workspace = p->ws,
                                  .workspace_bytes = p->sh.workspace_bytes};
@@ -262,6 +267,58 @@ static void case_empty(moegen_module *m) {
   printf("ok   T = 0 with NULL pointers\n");
 }
 
+/* md with router_bwd = recompute: eager at each T and captured; its saved
+ * holds no router intermediate; the backward refuses a NULL logits, and the
+ * saved module's a given one. */
+static void case_recompute(const layer_model *md, int nt, const int *tokens) {
+  layer_model mr = *md;
+  char name[96];
+  snprintf(name, sizeof name, "%s router_bwd=recompute", md->name);
+  mr.name = name;
+  moegen_config c = config_of(md);
+  moegen_module *saved = test_jit(&c, LAYER_UNITS, md->name);
+  c.router_bwd = MOEGEN_ROUTER_BWD_RECOMPUTE;
+  moegen_module *m = test_jit(&c, LAYER_UNITS, name);
+  if (m && saved) {
+    for (int t = 0; t < nt; t++) case_eager(m, &mr, tokens[t]);
+    case_graph(m, &mr, gpu_token(45));
+    const int T = 100;
+    moegen_layer_shape a, b;
+    moegen_layer_shape_of(moegen_module_image(saved), T, &a);
+    moegen_layer_shape_of(moegen_module_image(m), T, &b);
+    const size_t inter = (4 * (size_t)T * md->E + 255) / 256 * 256;
+    if (a.saved_bytes - b.saved_bytes != inter || a.workspace_bytes != b.workspace_bytes) {
+      printf("  FAIL recompute saved_bytes %zu, saved mode's %zu: want %zu fewer\n",
+             b.saved_bytes, a.saved_bytes, inter);
+      failures++;
+    }
+    problem p = make_problem(m, &mr, 4);
+    moegen_layer_fwd_args fa = fwd_args(&p);
+    moegen_layer_bwd_args ba = bwd_args(&p, 0);
+    moegen_status f = moegen_layer_fwd(m, &fa, NULL);
+    ba.logits = NULL;
+    moegen_status n = moegen_layer_bwd(m, &ba, NULL);
+    const int refused = strstr(moegen_module_last_error(m), "router_bwd = recompute") != NULL;
+    free_problem(&p);
+    p = make_problem(saved, md, 4);
+    ba = bwd_args(&p, 0);
+    ba.logits = p.dlogits_;
+    moegen_status g = moegen_layer_bwd(saved, &ba, NULL);
+    free_problem(&p);
+    if (f != MOEGEN_OK || n != MOEGEN_ERR_INVALID_ARGUMENT || !refused ||
+        g != MOEGEN_ERR_INVALID_ARGUMENT) {
+      printf("  FAIL recompute logits rules: fwd %s, bwd without logits %s (%s), saved module's "
+             "bwd with logits %s\n", moegen_status_string(f), moegen_status_string(n),
+             moegen_module_last_error(m), moegen_status_string(g));
+      failures++;
+    } else {
+      printf("ok   %s: saved %zu bytes fewer, logits rules\n", name, inter);
+    }
+  }
+  moegen_module_destroy(m);
+  moegen_module_destroy(saved);
+}
+
 int main(void) {
   gpu_init_or_skip();
   rng_seed();
@@ -280,6 +337,7 @@ int main(void) {
     }
     moegen_module_destroy(m);
   }
+  case_recompute(&models[2], nt, tokens);
   printf("%s\n", failures ? "layer GPU test FAILED" : "layer GPU test passed");
   return failures ? 1 : 0;
 }

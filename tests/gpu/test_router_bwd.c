@@ -2,9 +2,15 @@
  * (tests/ref/router_bwd_ref.c) for every score function and option, every
  * routing format (bytemap, bitmap, int16/int32/int64 indices; results must
  * be bit-identical), dense and compact (grad_weights) grads, random and
- * tie-heavy inputs, odd sizes, poisoned outputs.
- * The forward (moegen_router_fwd, tested by test_router.c) makes the saved
- * state; the reference takes the GPU's intermediate and map.
+ * tie-heavy inputs, odd sizes, poisoned outputs, both router_bwd modes.
+ * The forward (moegen_router_fwd, tested by test_router.c) of the saved
+ * module makes the saved state; the reference takes the GPU's intermediate
+ * and map. The module of the same config with router_bwd = recompute routes
+ * the same logits identically without an intermediate (which it refuses),
+ * its backward reads the logits, and its grads must match the reference
+ * fed the state recomputed on the host from the logits and map
+ * (router_ref_state), and the saved module's grads within twice the
+ * tolerance (both are within it of one reference).
  * Exit 77 (skipped) without a device. */
 #include "check.h"
 #include "dtypes.h"
@@ -20,9 +26,9 @@ static const char *const fmt_names[NUM_FMTS] = {"bytemap", "bitmap", "int16 indi
 
 /* Device state of one case: the forward's outputs and the backward's inputs. */
 typedef struct bufs {
-  void *logits, *probs, *grad, *out[NUM_FMTS];
+  void *logits, *probs, *grad, *out[NUM_FMTS], *outr[NUM_FMTS]; /* outr: recompute's */
   float *bias, *w, *inter, *gw;
-  uint8_t *map, *bitmap;
+  uint8_t *map, *bitmap, *mapr; /* mapr: the recompute module's forward */
   void *idx[3]; /* int16, int32, int64 */
 } bufs;
 
@@ -34,21 +40,26 @@ static bufs alloc_bufs(const spec *s, int T) {
   bufs b = {.logits = gpu_alloc(TE * es), .probs = gpu_alloc(TE * es), .grad = gpu_alloc(TE * es),
             .bias = gpu_alloc(4 * (size_t)s->E), .w = gpu_alloc(4 * TK),
             .inter = gpu_alloc(4 * TE), .gw = gpu_alloc(4 * TK), .map = gpu_alloc(TE),
+            .mapr = gpu_alloc(TE),
             .bitmap = gpu_alloc((size_t)T * ((s->E + 7) / 8)),
             .idx = {gpu_alloc(2 * TK), gpu_alloc(4 * TK), gpu_alloc(8 * TK)}};
-  for (int f = 0; f < NUM_FMTS; f++) b.out[f] = gpu_alloc(TE * es);
+  for (int f = 0; f < NUM_FMTS; f++) b.out[f] = gpu_alloc(TE * es), b.outr[f] = gpu_alloc(TE * es);
   return b;
 }
 
 static void free_bufs(bufs *b) {
   gpu_free(b->logits); gpu_free(b->probs); gpu_free(b->grad); gpu_free(b->bias);
   gpu_free(b->w); gpu_free(b->inter); gpu_free(b->gw); gpu_free(b->map); gpu_free(b->bitmap);
+  gpu_free(b->mapr);
   for (int i = 0; i < 3; i++) gpu_free(b->idx[i]);
-  for (int f = 0; f < NUM_FMTS; f++) gpu_free(b->out[f]);
+  for (int f = 0; f < NUM_FMTS; f++) gpu_free(b->out[f]), gpu_free(b->outr[f]);
 }
 
-/* Random logits (tie-heavy: 5 values) and bias; runs the forward into b. */
-static int forward(moegen_module *m, const spec *s, int T, int ties, const bufs *b) {
+/* Random logits (tie-heavy: 5 values) and bias; runs the saved module m's
+ * forward into b, and the recompute module mr's (no intermediate) into
+ * b->mapr, which must equal b->map. */
+static int forward(moegen_module *m, moegen_module *mr, const spec *s, int T, int ties,
+                   const bufs *b) {
   static const float few[] = {-1.0f, -0.5f, 0.0f, 0.5f, 1.0f};
   size_t TE = (size_t)T * s->E, es = dt_size(s->dt);
   void *hx = malloc(TE * es + 4);
@@ -70,7 +81,27 @@ static int forward(moegen_module *m, const spec *s, int T, int ties, const bufs 
     failures++;
     return -1;
   }
+  gpu_poison(b->mapr, (size_t)T * s->E);
+  moegen_router_fwd_args ar = {.num_tokens = T, .logits = b->logits,
+                               .expert_bias = s->bias ? b->bias : NULL, .routing_map = b->mapr};
+  st = moegen_router_fwd(mr, &ar, NULL);
+  if (st != MOEGEN_OK) {
+    printf("  FAIL: router_fwd (recompute): %s: %s\n", moegen_status_string(st),
+           moegen_module_last_error(mr));
+    failures++;
+    return -1;
+  }
   CU(gpu_drv->cuCtxSynchronize());
+  uint8_t *h = malloc(2 * TE + 2);
+  gpu_get(h, b->map, TE);
+  gpu_get(h + TE, b->mapr, TE);
+  int same = memcmp(h, h + TE, TE) == 0;
+  free(h);
+  if (!same) {
+    printf("  FAIL: the recompute module's forward routes otherwise than the saved one's\n");
+    failures++;
+    return -1;
+  }
   return 0;
 }
 
@@ -90,12 +121,16 @@ static void widen_indices(const spec *s, int T, const bufs *b) {
   free(i32); free(i16); free(i64);
 }
 
-/* Runs the backward with routing format f into b->out[f] (poisoned first). */
-static int backward(moegen_module *m, const spec *s, int T, const bufs *b, int f, int compact) {
+/* Runs the backward with routing format f into b->out[f] (recompute: of
+ * the recompute module, from the logits, into b->outr[f]; poisoned first). */
+static int backward(moegen_module *m, const spec *s, int T, const bufs *b, int f, int compact,
+                    int recompute) {
   size_t TE = (size_t)T * s->E;
-  gpu_poison(b->out[f], TE * dt_size(s->dt));
-  moegen_router_bwd_args a = {.num_tokens = T, .intermediate = b->inter,
-                              .grad_logits = b->out[f]};
+  void *out = recompute ? b->outr[f] : b->out[f];
+  gpu_poison(out, TE * dt_size(s->dt));
+  moegen_router_bwd_args a = {.num_tokens = T, .grad_logits = out};
+  if (recompute) a.logits = b->logits;
+  else a.intermediate = b->inter;
   if (compact) a.grad_weights = b->gw;
   else a.grad_probs = b->grad;
   if (f == FMT_BYTEMAP) a.routing_map = b->map;
@@ -106,8 +141,8 @@ static int backward(moegen_module *m, const spec *s, int T, const bufs *b, int f
   }
   moegen_status st = moegen_router_bwd(m, &a, NULL);
   if (st != MOEGEN_OK) {
-    printf("  FAIL: router_bwd (%s%s): %s: %s\n", fmt_names[f], compact ? ", compact" : "",
-           moegen_status_string(st), moegen_module_last_error(m));
+    printf("  FAIL: router_bwd (%s%s%s): %s: %s\n", fmt_names[f], compact ? ", compact" : "",
+           recompute ? ", recompute" : "", moegen_status_string(st), moegen_module_last_error(m));
     failures++;
     return -1;
   }
@@ -135,45 +170,69 @@ static void host_grad(const spec *s, int T, const bufs *b, int compact, float *g
   free(idx);
 }
 
-/* All formats bit-identical to the bytemap result, which matches the reference. */
-static void verify(const spec *s, int T, const bufs *b, int compact) {
+/* All formats bit-identical to the first one's result, which matches the
+ * reference (recompute: fed the state recomputed from the logits) and, for
+ * recompute, the saved module's result (verified before) within close_pair. */
+static void verify(const spec *s, int T, const bufs *b, int compact, int recompute) {
   moegen_config c = config_of(s);
   size_t TE = (size_t)T * s->E, bytes = TE * dt_size(s->dt);
   float *g = malloc(4 * TE + 4), *inter = malloc(4 * TE + 4), *want = malloc(4 * TE + 4);
   uint8_t *map = malloc(TE + 1);
   void *got = malloc(bytes + 4), *other = malloc(bytes + 4);
+  const char *mode = recompute ? ", recompute" : "";
   host_grad(s, T, b, compact, g);
-  gpu_get(inter, b->inter, 4 * TE);
   gpu_get(map, b->map, TE);
+  if (recompute) { /* other: the logits, for a moment */
+    float *x = malloc(4 * TE + 4);
+    gpu_get(other, b->logits, bytes);
+    for (size_t i = 0; i < TE; i++) x[i] = read_dt(s->dt, other, i);
+    router_ref_state(&c, T, x, map, inter);
+    free(x);
+  } else {
+    gpu_get(inter, b->inter, 4 * TE);
+  }
   router_ref_bwd(&c, T, g, inter, map, want);
+  void *const *out = recompute ? b->outr : b->out;
   int first = compact ? FMT_IDX16 : FMT_BYTEMAP;
-  gpu_get(got, b->out[first], bytes);
+  gpu_get(got, out[first], bytes);
   int bad = 0;
   for (size_t i = 0; i < TE && bad < 1; i++) {
     float x = read_dt(s->dt, got, i);
     if (!close_dt(s->dt, x, want[i], s->E)) {
-      printf("  FAIL: grad_logits[%zu,%zu] (%s%s) = %.9g, want %.9g\n", i / s->E, i % s->E,
-             fmt_names[first], compact ? ", compact" : "", x, want[i]);
+      printf("  FAIL: grad_logits[%zu,%zu] (%s%s%s) = %.9g, want %.9g\n", i / s->E, i % s->E,
+             fmt_names[first], compact ? ", compact" : "", mode, x, want[i]);
       failures++;
       bad++;
     }
   }
   for (int f = first + 1; f < NUM_FMTS && !bad; f++) {
-    gpu_get(other, b->out[f], bytes);
+    gpu_get(other, out[f], bytes);
     if (memcmp(got, other, bytes)) {
-      printf("  FAIL: grad_logits with %s differs from %s (must be bit-identical)\n",
-             fmt_names[f], fmt_names[first]);
+      printf("  FAIL: grad_logits with %s differs from %s%s (must be bit-identical)\n",
+             fmt_names[f], fmt_names[first], mode);
       failures++;
       bad++;
+    }
+  }
+  if (recompute && !bad) {
+    gpu_get(other, b->out[first], bytes);
+    for (size_t i = 0; i < TE && !bad; i++) {
+      float x = read_dt(s->dt, got, i), y = read_dt(s->dt, other, i);
+      if (!close_pair(s->dt, x, y, s->E)) {
+        printf("  FAIL: grad_logits[%zu,%zu] (%s%s): recompute %.9g, saved %.9g\n", i / s->E,
+               i % s->E, fmt_names[first], compact ? ", compact" : "", x, y);
+        failures++;
+        bad++;
+      }
     }
   }
   free(g); free(inter); free(want); free(map); free(got); free(other);
 }
 
-static void run_case(moegen_module *m, const spec *s, int T, int ties) {
+static void run_case(moegen_module *m, moegen_module *mr, const spec *s, int T, int ties) {
   bufs b = alloc_bufs(s, T);
   size_t TE = (size_t)T * s->E, TK = (size_t)T * s->K, es = dt_size(s->dt);
-  if (forward(m, s, T, ties, &b) == 0) {
+  if (forward(m, mr, s, T, ties, &b) == 0) {
     widen_indices(s, T, &b);
     void *hg = malloc(TE * es + 4);
     float *hw = malloc(4 * TK + 4);
@@ -185,11 +244,13 @@ static void run_case(moegen_module *m, const spec *s, int T, int ties) {
     free(hw);
     for (int compact = 0; compact < 2; compact++) {
       int ok = 1;
-      for (int f = compact ? FMT_IDX16 : FMT_BYTEMAP; f < NUM_FMTS && ok; f++)
-        ok = backward(m, s, T, &b, f, compact) == 0;
+      for (int recompute = 0; recompute < 2 && ok; recompute++)
+        for (int f = compact ? FMT_IDX16 : FMT_BYTEMAP; f < NUM_FMTS && ok; f++)
+          ok = backward(recompute ? mr : m, s, T, &b, f, compact, recompute) == 0;
       if (!ok) break;
       CU(gpu_drv->cuCtxSynchronize());
-      verify(s, T, &b, compact);
+      verify(s, T, &b, compact, 0);
+      verify(s, T, &b, compact, 1);
     }
   }
   free_bufs(&b);
@@ -216,6 +277,42 @@ static void arg_checks(moegen_module *m, const spec *s) {
   CHECK(moegen_router_bwd_shape_of(moegen_module_image(m), 5, &sh) == MOEGEN_OK &&
             sh.grad_logits[0] == 5 && sh.grad_logits[1] == s->E && sh.workspace_bytes == 0,
         "shape_of");
+  a.grad_weights = NULL;
+  a.grad_probs = b.grad;
+  a.logits = b.logits;
+  CHECK(moegen_router_bwd(m, &a, NULL) == MOEGEN_ERR_INVALID_ARGUMENT &&
+            strstr(moegen_module_last_error(m), "router_bwd = saved"),
+        "logits accepted by a saved module: %s", moegen_module_last_error(m));
+  free_bufs(&b);
+}
+
+/* The recompute module's argument rules: no intermediate either way, the
+ * logits required; its shapes. */
+static void arg_checks_recompute(moegen_module *mr, const spec *s) {
+  bufs b = alloc_bufs(s, 4);
+  moegen_router_bwd_args a = {.num_tokens = 4, .grad_probs = b.grad, .routing_map = b.map,
+                              .intermediate = b.inter, .logits = b.logits,
+                              .grad_logits = b.out[0]};
+  CHECK(moegen_router_bwd(mr, &a, NULL) == MOEGEN_ERR_INVALID_ARGUMENT &&
+            strstr(moegen_module_last_error(mr), "router_bwd = recompute"),
+        "intermediate accepted by a recompute backward: %s", moegen_module_last_error(mr));
+  a.intermediate = NULL;
+  a.logits = NULL;
+  CHECK(moegen_router_bwd(mr, &a, NULL) == MOEGEN_ERR_INVALID_ARGUMENT &&
+            strstr(moegen_module_last_error(mr), "logits is NULL"),
+        "a recompute backward without logits: %s", moegen_module_last_error(mr));
+  moegen_router_fwd_args f = {.num_tokens = 4, .logits = b.logits,
+                              .expert_bias = s->bias ? b.bias : NULL, .routing_map = b.map,
+                              .intermediate = b.inter};
+  CHECK(moegen_router_fwd(mr, &f, NULL) == MOEGEN_ERR_INVALID_ARGUMENT &&
+            strstr(moegen_module_last_error(mr), "router_bwd = recompute"),
+        "intermediate accepted by a recompute forward: %s", moegen_module_last_error(mr));
+  moegen_router_fwd_shape fs;
+  CHECK(moegen_router_fwd_shape_of(moegen_module_image(mr), 5, &fs) == MOEGEN_OK &&
+            fs.intermediate[0] == 0 && fs.intermediate[1] == 0 && fs.probs[0] == 5 &&
+            fs.probs[1] == s->E,
+        "recompute forward shape: intermediate [%lld, %lld]", (long long)fs.intermediate[0],
+        (long long)fs.intermediate[1]);
   free_bufs(&b);
 }
 
@@ -253,16 +350,27 @@ int main(void) {
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     const spec *s = &specs[i];
     moegen_config c = config_of(s);
-    moegen_module *m =
-        test_jit(&c, 1u << MOEGEN_UNIT_ROUTER | 1u << MOEGEN_UNIT_ROUTER_TRAIN, s->what);
-    if (!m) continue;
+    const unsigned units = 1u << MOEGEN_UNIT_ROUTER | 1u << MOEGEN_UNIT_ROUTER_TRAIN;
+    moegen_module *m = test_jit(&c, units, s->what);
+    c.router_bwd = MOEGEN_ROUTER_BWD_RECOMPUTE;
+    moegen_module *mr = test_jit(&c, units, s->what);
+    if (!m || !mr) {
+      moegen_module_destroy(m);
+      moegen_module_destroy(mr);
+      continue;
+    }
     int before = failures;
     for (int t = 0; t < nt; t++)
-      for (int ties = 0; ties < 2; ties++) run_case(m, s, tokens[t], ties);
-    if (i == 0) arg_checks(m, s);
+      for (int ties = 0; ties < 2; ties++) run_case(m, mr, s, tokens[t], ties);
+    if (i == 0) {
+      arg_checks(m, s);
+      arg_checks_recompute(mr, s);
+    }
     empty_case(m);
-    printf("%s %s\n", failures == before ? "ok  " : "FAIL", s->what);
+    empty_case(mr);
+    printf("%s %s (saved and recompute)\n", failures == before ? "ok  " : "FAIL", s->what);
     moegen_module_destroy(m);
+    moegen_module_destroy(mr);
   }
   printf("%s\n", failures ? "router backward GPU test FAILED" : "router backward GPU test passed");
   return failures ? 1 : 0;

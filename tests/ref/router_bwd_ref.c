@@ -54,3 +54,24 @@ void router_ref_bwd(const moegen_config *c, int T, const float *grad, const floa
     else score_row(c, g, inter + o, map + o, dx + o);
   }
 }
+
+void router_ref_state(const moegen_config *c, int T, const float *logits, const uint8_t *map,
+                      float *inter) {
+  int E = c->experts;
+  for (int t = 0; t < T; t++) {
+    const float *x = logits + (size_t)t * E;
+    const uint8_t *m = map + (size_t)t * E;
+    float *y = inter + (size_t)t * E;
+    if (c->score != MOEGEN_SCORE_SOFTMAX) {
+      for (int e = 0; e < E; e++) y[e] = c->score == MOEGEN_SCORE_SIGMOID ? (float)sigmoid(x[e]) : x[e];
+      continue;
+    }
+    double top = -INFINITY, sum = 0;
+    for (int e = 0; e < E; e++)
+      if (c->pre_softmax || m[e]) top = fmax(top, x[e]);
+    for (int e = 0; e < E; e++)
+      if (c->pre_softmax || m[e]) sum += exp(x[e] - top);
+    for (int e = 0; e < E; e++)
+      y[e] = c->pre_softmax || m[e] ? (float)(exp(x[e] - top) / sum) : -INFINITY;
+  }
+}

@@ -15,4 +15,13 @@
 void router_ref_bwd(const moegen_config *cfg, int T, const float *grad, const float *inter,
                     const uint8_t *map, float *dx);
 
+/* The state router_bwd = recompute rebuilds from the logits: inter [T,E] as
+ * the forward would have saved it (SPEC.md 1: sigmoid s(x), sqrtsoftplus x,
+ * pre-softmax the softmax over all E, post-softmax the softmax over the
+ * experts map selects and -inf elsewhere), from logits [T,E] fp32 (already
+ * rounded to the logits dtype) and the selection map [T,E] 0/1. Sums in
+ * double. */
+void router_ref_state(const moegen_config *cfg, int T, const float *logits, const uint8_t *map,
+                      float *inter);
+
 #endif

@@ -124,32 +124,50 @@ moegen_hf_print_test(cli_config_hf_deepseek_v2_lite deepseek-v2-lite
   [[name = "deepseek-v2-lite"]] [[experts = 64]] [[topk = 6]] [[hidden = 2048]] [[ffn = 1408]]
   [[score = "softmax"]] [[pre_softmax = true]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
-  [[shared_experts = 2]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]])
+  [[shared_experts = 2]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]]
+  [[router_bwd = "saved"]])
 moegen_hf_print_test(cli_config_hf_glm_4_5_air glm-4.5-air
   [[name = "glm-4.5-air"]] [[experts = 128]] [[topk = 8]] [[hidden = 4096]] [[ffn = 1408]]
   [[score = "sigmoid"]] [[pre_softmax = false]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = true]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
-  [[shared_experts = 1]] [[aux_loss_coeff = 0.0]] [[quantile_balancing = false]])
+  [[shared_experts = 1]] [[aux_loss_coeff = 0.0]] [[quantile_balancing = false]]
+  [[router_bwd = "saved"]])
 moegen_hf_print_test(cli_config_hf_qwen2_57b_a14b qwen2-57b-a14b
   [[name = "qwen2-57b-a14b"]] [[experts = 64]] [[topk = 8]] [[hidden = 3584]] [[ffn = 2560]]
   [[score = "softmax"]] [[pre_softmax = true]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
-  [[shared_experts = 1]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]])
+  [[shared_experts = 1]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]]
+  [[router_bwd = "saved"]])
 moegen_hf_print_test(cli_config_hf_olmoe_1b_7b olmoe-1b-7b-0924
   [[name = "olmoe-1b-7b-0924"]] [[experts = 64]] [[topk = 8]] [[hidden = 2048]] [[ffn = 1024]]
   [[score = "softmax"]] [[pre_softmax = true]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
-  [[shared_experts = 0]] [[aux_loss_coeff = 0.01]] [[quantile_balancing = false]])
+  [[shared_experts = 0]] [[aux_loss_coeff = 0.01]] [[quantile_balancing = false]]
+  [[router_bwd = "saved"]])
 moegen_hf_print_test(cli_config_hf_granite_1b_a400m granite-3.0-1b-a400m-instruct
   [[name = "granite-3.0-1b-a400m-instruct"]] [[experts = 32]] [[topk = 8]] [[hidden = 1024]]
   [[ffn = 512]] [[score = "softmax"]] [[pre_softmax = false]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
-  [[shared_experts = 0]] [[aux_loss_coeff = 0.0]] [[quantile_balancing = false]])
+  [[shared_experts = 0]] [[aux_loss_coeff = 0.0]] [[quantile_balancing = false]]
+  [[router_bwd = "saved"]])
 moegen_hf_print_test(cli_config_hf_llama4_scout llama4-scout
   [[name = "llama4-scout"]] [[experts = 16]] [[topk = 1]] [[hidden = 5120]] [[ffn = 8192]]
   [[score = "sigmoid"]] [[pre_softmax = false]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
-  [[shared_experts = 1]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]])
+  [[shared_experts = 1]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]]
+  [[router_bwd = "saved"]])
+moegen_hf_print_test(cli_config_hf_dbrx_instruct dbrx-instruct
+  [[name = "dbrx-instruct"]] [[experts = 16]] [[topk = 4]] [[hidden = 6144]] [[ffn = 10752]]
+  [[score = "softmax"]] [[pre_softmax = false]] [[groups = 0]] [[group_topk = 0]]
+  [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
+  [[shared_experts = 0]] [[aux_loss_coeff = 0.0]] [[quantile_balancing = false]]
+  [[router_bwd = "saved"]])
+# router_bwd: the mode --print-config prints, and a name it does not know.
+moegen_cli_test(cli_config_router_bwd RC 0 ARGS --print-config --preset mixtral-8x7b
+  --set router_bwd=recompute OUT "\n  quantile_balancing = false,\n  router_bwd = \"recompute\",\n}\n$")
+moegen_cli_test(cli_config_router_bwd_unknown RC 78 ARGS --print-config --preset mixtral-8x7b
+  --set router_bwd=recomputed
+  ERR "^moegen: command-line argument 5: router_bwd: unknown router backward mode \"recomputed\" \\(expected saved\\|recompute\\)\n$")
 # Real files whose routing moegen cannot compute: refused, saying why.
 moegen_cli_test(cli_config_hf_deepseek_v2 RC 78 ARGS --print-config
   --hf-config ${MOEGEN_MODELS_DIR}/deepseek-v2.json
@@ -157,6 +175,13 @@ moegen_cli_test(cli_config_hf_deepseek_v2 RC 78 ARGS --print-config
 moegen_cli_test(cli_config_hf_phimoe RC 78 ARGS --print-config
   --hf-config ${MOEGEN_MODELS_DIR}/phi-3.5-moe-instruct.json
   ERR "^moegen: [^\n]*/phi-3\\.5-moe-instruct\\.json:8: model_type: \"phimoe\" is not supported: it routes with sparsemixer: [^\n]*\n$")
+moegen_cli_test(cli_config_hf_ernie4_5_moe RC 78 ARGS --print-config
+  --hf-config ${MOEGEN_MODELS_DIR}/ernie-4.5-21b-a3b.json
+  ERR "^moegen: [^\n]*/ernie-4\\.5-21b-a3b\\.json:8: model_type: \"ernie4_5_moe\" is not supported: it selects experts by softmax scores plus e_score_correction_bias[^\n]*\n$")
+# A family moegen does not know, named by architectures only: an error, no guess.
+moegen_cli_test(cli_config_hf_hunyuan RC 65 ARGS --print-config
+  --hf-config ${MOEGEN_MODELS_DIR}/hunyuan-a13b-instruct.json
+  ERR "^moegen: [^\n]*/hunyuan-a13b-instruct\\.json: model_type: missing, and architectures names no supported model; moegen does not guess a model family \\(supported model_type values: [^\n]*\\)\n$")
 # No model_type and no architectures: an error naming model_type, no guess.
 moegen_cli_test(cli_config_hf_no_model_type RC 65 ARGS --print-config
   --hf-config ${MOEGEN_CLI_CONFIGS}/hf_no_model_type.json

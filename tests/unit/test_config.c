@@ -55,6 +55,7 @@ static int same_values(const moegen_config *a, const moegen_config *b, const cha
   else if (a->shared_experts != b->shared_experts) bad = "shared_experts";
   else if (memcmp(&a->aux_loss_coeff, &b->aux_loss_coeff, sizeof(double)) != 0)
     bad = "aux_loss_coeff";
+  else if (a->router_bwd != b->router_bwd) bad = "router_bwd";
   CHECK(!bad, "%s: %s differs", what, bad);
   return !bad;
 }
@@ -89,6 +90,11 @@ static void test_keys(void) {
   CHECK(strcmp(moegen_config_key_name(MOEGEN_F_GROUP_TOPK), "group_topk") == 0, "group_topk");
   CHECK(strcmp(moegen_score_name(MOEGEN_SCORE_SQRTSOFTPLUS), "sqrtsoftplus") == 0, "score name");
   CHECK(strcmp(moegen_dtype_name(MOEGEN_DTYPE_FP16), "fp16") == 0, "dtype name");
+  CHECK(strcmp(moegen_router_bwd_name(MOEGEN_ROUTER_BWD_RECOMPUTE), "recompute") == 0 &&
+            strcmp(moegen_router_bwd_name((moegen_router_bwd_mode)2), "?") == 0,
+        "router_bwd name");
+  CHECK(strcmp(moegen_config_key_type(MOEGEN_F_ROUTER_BWD), "saved|recompute") == 0,
+        "router_bwd type text %s", moegen_config_key_type(MOEGEN_F_ROUTER_BWD));
 }
 
 static void test_defaults(void) {
@@ -96,7 +102,7 @@ static void test_defaults(void) {
   moegen_error err = {0};
   moegen_config_defaults(&c);
   CHECK(c.topk == 1 && c.score == MOEGEN_SCORE_SOFTMAX && c.scaling == 1.0 && c.groups == 0 &&
-            c.dtype == MOEGEN_DTYPE_BF16,
+            c.dtype == MOEGEN_DTYPE_BF16 && c.router_bwd == MOEGEN_ROUTER_BWD_SAVED,
         "defaults");
   CHECK(strcmp(c.origin[MOEGEN_F_TOPK].file, "<default>") == 0, "default origin");
   expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG,
@@ -373,6 +379,9 @@ static void test_hf_model_files(void) {
       {"granite-3.0-1b-a400m-instruct", "experts=32 topk=8 hidden=1024 ffn=512"},
       {"llama4-scout", "experts=16 topk=1 hidden=5120 ffn=8192 score=sigmoid shared_experts=1 "
                        "aux_loss_coeff=0.001"},
+      /* the keys in ffn_config; softmax over all, top-4, divided by their sum
+       * (moe_normalize_expert_weights 1): the softmax over the top-4 logits */
+      {"dbrx-instruct", "experts=16 topk=4 hidden=6144 ffn=10752"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char path[4500], sets[256], name[128];
@@ -406,6 +415,15 @@ static void test_hf_model_files(void) {
   expect_hf_error("../../data/models/phi-3.5-moe-instruct.json", NULL, EX_CONFIG,
                   "%s:8: model_type: \"phimoe\" is not supported: it routes with sparsemixer",
                   "Phi-3.5-MoE");
+  expect_hf_error("../../data/models/ernie-4.5-21b-a3b.json", NULL, EX_CONFIG,
+                  "%s:8: model_type: \"ernie4_5_moe\" is not supported: it selects experts by "
+                  "softmax scores plus e_score_correction_bias",
+                  "ERNIE-4.5-21B-A3B");
+  /* A family moegen does not know (and no model_type): an error, no guess. */
+  expect_hf_error("../../data/models/hunyuan-a13b-instruct.json", NULL, EX_DATAERR,
+                  "%s: model_type: missing, and architectures names no supported model; moegen "
+                  "does not guess a model family",
+                  "Hunyuan-A13B");
 }
 
 /* Loads text as a temporary .json into c (from the defaults); returns the code. */
@@ -605,6 +623,11 @@ static void test_lua_errors(void) {
                    "%s:2: score: unknown score function \"relu\"", "unknown score");
   expect_lua_error(NULL, "return {\n  dtype = \"fp8\",\n}\n", EX_CONFIG,
                    "%s:2: dtype: unknown dtype \"fp8\"", "unknown dtype");
+  expect_lua_error(NULL, "return {\n  router_bwd = \"recomputed\",\n}\n", EX_CONFIG,
+                   "%s:2: router_bwd: unknown router backward mode \"recomputed\" (expected "
+                   "saved|recompute)", "unknown router_bwd");
+  expect_lua_error(NULL, "return {\n  router_bwd = true,\n}\n", EX_DATAERR,
+                   "%s:2: router_bwd: expected a string, got true", "router_bwd type");
   expect_lua_error(NULL,
                    "return {\n  name = string.rep('x', 64),\n}\n", EX_DATAERR,
                    "%s:2: attempt to index a nil value (global 'string')", "no string library");
@@ -741,6 +764,12 @@ static void test_validation(void) {
   c.experts = c.topk = 5;
   c.groups = c.group_topk = 0;
   CHECK(moegen_config_validate(&c, &err) == 0, "K = E: %s", err.msg);
+  c.router_bwd = MOEGEN_ROUTER_BWD_RECOMPUTE;
+  CHECK(moegen_config_validate(&c, &err) == 0, "router_bwd = recompute: %s", err.msg);
+  c.router_bwd = (moegen_router_bwd_mode)2;
+  expect_error(moegen_config_validate(&c, &err), &err, EX_DATAERR,
+               "router_bwd: invalid enum value 2", "bad router_bwd enum");
+  c.router_bwd = MOEGEN_ROUTER_BWD_SAVED;
   c.score = (moegen_score)7;
   expect_error(moegen_config_validate(&c, &err), &err, EX_DATAERR, "score: invalid enum value 7",
                "bad enum");
@@ -755,14 +784,16 @@ static void test_set(void) {
   static const char *const good[] = {
       "experts=64", "topk=4", "hidden=0x100", "ffn=512.0", "score=sqrtsoftplus",
       "pre_softmax=false", "expert_bias=true", "scaling=2.827", "logits_dtype=fp32",
-      "dtype=fp16", "name=my model", "aux_loss_coeff=1e-3", "groups=8", "group_topk=2"};
+      "dtype=fp16", "name=my model", "aux_loss_coeff=1e-3", "groups=8", "group_topk=2",
+      "router_bwd=recompute"};
   for (int i = 0; i < (int)(sizeof good / sizeof good[0]); i++)
     CHECK(moegen_config_set(&c, good[i], i + 1, &err) == 0, "%s: %s", good[i], err.msg);
   CHECK(c.experts == 64 && c.topk == 4 && c.hidden == 256 && c.ffn == 512 &&
             c.score == MOEGEN_SCORE_SQRTSOFTPLUS && !c.pre_softmax && c.expert_bias &&
             c.scaling == 2.827 && c.logits_dtype == MOEGEN_DTYPE_FP32 &&
             c.dtype == MOEGEN_DTYPE_FP16 && strcmp(c.name, "my model") == 0 &&
-            c.aux_loss_coeff == 1e-3 && c.groups == 8 && c.group_topk == 2,
+            c.aux_loss_coeff == 1e-3 && c.groups == 8 && c.group_topk == 2 &&
+            c.router_bwd == MOEGEN_ROUTER_BWD_RECOMPUTE,
         "set values");
   CHECK(strcmp(c.origin[MOEGEN_F_SCALING].file, "<command line>") == 0 &&
             c.origin[MOEGEN_F_SCALING].line == 8,
@@ -796,6 +827,9 @@ static void test_set(void) {
                "scaling: expected a number, got \"2.5x\"", "number");
   expect_error(moegen_config_set(&c, "score=Softmax", 8, &err), &err, EX_CONFIG,
                "score: unknown score function \"Softmax\"", "score case");
+  expect_error(moegen_config_set(&c, "router_bwd=", 8, &err), &err, EX_CONFIG,
+               "command-line argument 8: router_bwd: unknown router backward mode \"\" (expected "
+               "saved|recompute)", "empty router_bwd");
   expect_error(moegen_config_set(&c,
                                  "name=0123456789012345678901234567890123456789012345678901234567890123",
                                  9, &err),
@@ -843,6 +877,7 @@ static void test_to_lua(void) {
   c.experts = 2048;
   c.score = MOEGEN_SCORE_SQRTSOFTPLUS;
   c.logits_dtype = MOEGEN_DTYPE_FP16;
+  c.router_bwd = MOEGEN_ROUTER_BWD_RECOMPUTE;
   round_trip(&c, "odd values");
   c.scaling = INFINITY;
   c.aux_loss_coeff = -INFINITY;
@@ -861,7 +896,8 @@ static void test_to_lua(void) {
   char full[2048];
   moegen_config_to_lua(&c, full, sizeof full);
   CHECK(strstr(full, "  scaling = 2.827,\n") && strstr(full, "  experts = 384,\n") &&
-            strstr(full, "  score = \"sigmoid\",\n") && strstr(full, "  aux_loss_coeff = 0.0,\n"),
+            strstr(full, "  score = \"sigmoid\",\n") && strstr(full, "  aux_loss_coeff = 0.0,\n") &&
+            strstr(full, "  router_bwd = \"saved\",\n"),
         "kimi-k2 text:\n%s", full);
 }
 

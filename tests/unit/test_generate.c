@@ -3,7 +3,8 @@
  *  - the deepseek-v3 render equals the golden text in tests/golden/
  *    (MOEGEN_UPDATE_GOLDEN=1 rewrites it);
  *  - every compile unit of every preset compiles with NVRTC for sm_90a and
- *    sm_80 with no spills;
+ *    sm_80 with no spills, and so does its router_train unit with
+ *    router_bwd = recompute;
  *  - cold NVRTC compile and cache-hit load times of the router unit. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,16 +38,19 @@ static char *slurp(const char *path) {
   return s;
 }
 
-static int render_preset(const char *preset, const char *arch, moegen_sources *out) {
+/* Renders a preset for arch, with the override `set` (key=value) unless it is NULL. */
+static int render_preset(const char *preset, const char *set, const char *arch,
+                         moegen_sources *out) {
   moegen_config c;
   moegen_error err = {0};
   moegen_config_defaults(&c);
   char cmd[256];
-  snprintf(cmd, sizeof cmd, "moegen --preset %s --name golden", preset);
+  snprintf(cmd, sizeof cmd, "moegen --preset %s%s%s --name golden", preset, set ? " --set " : "",
+           set ? set : "");
   moegen_gen_options opt = {.name = "golden", .arch = arch, .compile = MOEGEN_COMPILE_NVRTC,
                             .command_line = cmd};
-  if (moegen_config_preset(&c, preset, &err) || moegen_config_validate(&c, &err) ||
-      moegen_render(&c, &opt, out, &err)) {
+  if (moegen_config_preset(&c, preset, &err) || (set && moegen_config_set(&c, set, 1, &err)) ||
+      moegen_config_validate(&c, &err) || moegen_render(&c, &opt, out, &err)) {
     printf("FAIL %s: %s\n", preset, err.msg);
     failures++;
     return -1;
@@ -84,12 +88,13 @@ static int spills(const char *log) {
   return 0;
 }
 
-/* NVRTC-compiles every unit of a preset's module with ptxas -v: no spills. */
-static void compile_preset(const char *preset, const char *arch) {
+/* NVRTC-compiles the units in `units` (a bit per moegen_unit) of a preset's
+ * module (with the override `set`, or NULL) with ptxas -v: no spills. */
+static void compile_preset(const char *preset, const char *set, const char *arch, unsigned units) {
   moegen_sources src;
-  if (render_preset(preset, arch, &src)) return;
+  if (render_preset(preset, set, arch, &src)) return;
   for (int u = 0; u < MOEGEN_UNIT_COUNT; u++) {
-    if (!(src.image.units >> u & 1u)) continue;
+    if (!((src.image.units & units) >> u & 1u)) continue;
     size_t n;
     char *text = moegen_unit_source(src.cu, strlen(src.cu), (moegen_unit)u, &n);
     unsigned char *cubin = NULL;
@@ -108,8 +113,8 @@ static void compile_preset(const char *preset, const char *arch) {
              unit, log ? log : "");
       failures++;
     } else {
-      printf("ok   %-16s %-7s %-7s unit: cubin %6zu bytes, NVRTC %.3f s\n", preset, arch, unit,
-             size, dt);
+      printf("ok   %-16s %-7s %-7s unit: cubin %6zu bytes, NVRTC %.3f s%s%s\n", preset, arch, unit,
+             size, dt, set ? ", " : "", set ? set : "");
     }
     free(cubin);
     free(log);
@@ -125,7 +130,7 @@ static void cache_times(void) {
   setenv("MOEGEN_CACHE_DIR", dir, 1);
   moegen_set_log(NULL, NULL);
   moegen_sources src;
-  if (render_preset("deepseek-v3", "sm_90a", &src)) return;
+  if (render_preset("deepseek-v3", NULL, "sm_90a", &src)) return;
   size_t text_size;
   char *text = moegen_unit_source(src.cu, strlen(src.cu), MOEGEN_UNIT_ROUTER, &text_size);
   double t[2];
@@ -169,7 +174,7 @@ static void gemm_kinds(void) {
   } want[] = {{"sm_90a", 1, 0}, {"sm_90", 1, 1}, {"sm_80", 1, 1}, {"sm_86", 1, 1}, {"sm_75", 0, 0}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     moegen_sources src;
-    if (render_preset("deepseek-v3", want[i].arch, &src)) continue;
+    if (render_preset("deepseek-v3", NULL, want[i].arch, &src)) continue;
     const moegen_gemm_plan *g = &src.image.gemm;
     /* The one kernel-absent rule: the unit holds kernels and the block size is not 0. */
     const int supported = (src.image.units >> MOEGEN_UNIT_GEMM & 1u) && g->gemm1.threads > 0;
@@ -190,8 +195,8 @@ int main(void) {
   gemm_kinds();
   for (int i = 0; presets[i]; i++) {
     moegen_sources a, b;
-    if (render_preset(presets[i], "sm_90a", &a)) continue;
-    if (render_preset(presets[i], "sm_90a", &b)) continue;
+    if (render_preset(presets[i], NULL, "sm_90a", &a)) continue;
+    if (render_preset(presets[i], NULL, "sm_90a", &b)) continue;
     if (strcmp(a.cu, b.cu) || strcmp(a.h, b.h) || strcmp(a.c, b.c)) {
       printf("FAIL %s: two renders differ\n", presets[i]);
       failures++;
@@ -211,8 +216,10 @@ int main(void) {
   }
   printf("NVRTC %d.%d\n", major, minor);
   for (int i = 0; presets[i]; i++) {
-    compile_preset(presets[i], "sm_90a");
-    compile_preset(presets[i], "sm_80");
+    compile_preset(presets[i], NULL, "sm_90a", ~0u);
+    compile_preset(presets[i], NULL, "sm_80", ~0u);
+    compile_preset(presets[i], "router_bwd=recompute", "sm_90a", 1u << MOEGEN_UNIT_ROUTER_TRAIN);
+    compile_preset(presets[i], "router_bwd=recompute", "sm_80", 1u << MOEGEN_UNIT_ROUTER_TRAIN);
   }
   cache_times();
   return failures ? 1 : 0;
