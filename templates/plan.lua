@@ -544,6 +544,23 @@ local function permute_plan()
   }
 end
 
+-- The precision recipe (SPEC.md 5b; config validation checked the
+-- combinations): what every FP8 template and op tests. fp8_tensorwise's
+-- gradients are E5M2 in the hybrid format (TE's HYBRID: their range needs
+-- it, the forward tensors' precision E4M3), E4M3 otherwise; fp8_block is
+-- E4M3 throughout. Power-of-two scales (fp8_block's default, as TE's
+-- Float8BlockScaling) make the dequantization exact; fp8_tensorwise's scale
+-- is FP8_MAX / amax as it is, as TE's current scaling.
+local function quant_plan()
+  local recipe = abi.recipe[cfg.recipe]
+  local hybrid = recipe == abi.recipe.fp8_tensorwise and cfg.fp8_grad_format == "hybrid"
+  return {
+    recipe = recipe,
+    grad_format = hybrid and abi.fp8_format.e5m2 or abi.fp8_format.e4m3,
+    scale_pow2 = (recipe == abi.recipe.fp8_block and cfg.fp8_scale == "pow2") and 1 or 0,
+  }
+end
+
 -- The small-T kernel, or threads = 0 (no kernel) where it would be the same shape.
 local function router_small_plan(main)
   local p = router_plan(TARGET_PER_LANE_SMALL, VEC_BYTES_SMALL, true)
@@ -554,5 +571,5 @@ end
 local router_main = router_plan(TARGET_PER_LANE, VEC_BYTES, false)
 return {
   router = router_main, router_small = router_small_plan(router_main), router_bwd = router_bwd_plan(),
-  aux = aux_plan(), gemm = gemm_plan(), permute = permute_plan(),
+  aux = aux_plan(), gemm = gemm_plan(), permute = permute_plan(), quant = quant_plan(),
 }

@@ -96,7 +96,7 @@ typedef struct moegen_image {
   size_t source_size;
   const char *source_path;         /* where NAME.cu was written, or "<jit>" */
 #define MOEGEN_IMAGE_PLAN_(type, member) type member;
-  MOEGEN_IMAGE_PLANS(MOEGEN_IMAGE_PLAN_) /* router, router_small, router_bwd, aux, gemm, permute */
+  MOEGEN_IMAGE_PLANS(MOEGEN_IMAGE_PLAN_) /* router, router_small, router_bwd, aux, gemm, permute, quant */
 } moegen_image;
 
 /* ---------------------------------------------------------------- modules */
