@@ -554,10 +554,22 @@ end
 local function quant_plan()
   local recipe = abi.recipe[cfg.recipe]
   local hybrid = recipe == abi.recipe.fp8_tensorwise and cfg.fp8_grad_format == "hybrid"
+  local fp8, block = recipe ~= abi.recipe.bf16, recipe == abi.recipe.fp8_block
+  -- The quantize kernels (templates/quant.cu.lt) are memory-bound streams:
+  -- 256 threads a block everywhere; the weight kernel takes one 128 x 128
+  -- tile a block (64 elements a thread), the row kernel a row a warp, and
+  -- the two tensorwise kernels stride over the tensor with at most
+  -- QUANT_MAX_BLOCKS blocks (about 8 of 256 threads an SM of an H100's 132:
+  -- a full wave, and one amax atomic a block).
+  local QUANT_THREADS, QUANT_MAX_BLOCKS = 256, 1024
   return {
     recipe = recipe,
     grad_format = hybrid and abi.fp8_format.e5m2 or abi.fp8_format.e4m3,
-    scale_pow2 = (recipe == abi.recipe.fp8_block and cfg.fp8_scale == "pow2") and 1 or 0,
+    scale_pow2 = (block and cfg.fp8_scale == "pow2") and 1 or 0,
+    weight_threads = fp8 and QUANT_THREADS or 0,
+    rows_threads = block and QUANT_THREADS or 0,
+    tensor_threads = (fp8 and not block) and QUANT_THREADS or 0,
+    max_blocks = (fp8 and not block) and QUANT_MAX_BLOCKS or 0,
   }
 end
 

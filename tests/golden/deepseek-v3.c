@@ -1,6 +1,6 @@
 /* The image: what moegen_module_create needs (moegen/abi.def lists its plan fields). */
 const moegen_image golden_image = {
-  .abi_version = 11, /* MOEGEN_RT_ABI_VERSION of the generator */
+  .abi_version = 12, /* MOEGEN_RT_ABI_VERSION of the generator */
   .name = "golden",
   .arch = "sm_90a",
   .config_lua = golden_config_lua,
@@ -154,4 +154,8 @@ const moegen_image golden_image = {
   .quant.recipe = 0,
   .quant.grad_format = 0,
   .quant.scale_pow2 = 0,
+  .quant.weight_threads = 0,
+  .quant.rows_threads = 0,
+  .quant.tensor_threads = 0,
+  .quant.max_blocks = 0,
 };

@@ -248,13 +248,13 @@ int main(void) {
   static const char *const tensorwise_e4m3[] = {"recipe=fp8_tensorwise", "fp8_grad_format=e4m3",
                                                 NULL};
   compare_config("deepseek-v3", block, "_block", "sm_90a", dir, &planted,
-                 &(moegen_quant_plan){MOEGEN_RECIPE_FP8_BLOCK, MOEGEN_FP8_E4M3, 1});
+                 &(moegen_quant_plan){.recipe = MOEGEN_RECIPE_FP8_BLOCK, .grad_format = MOEGEN_FP8_E4M3, .scale_pow2 = 1});
   compare_config("deepseek-v3", block_fp32, "_block_fp32", "sm_80", dir, &planted,
-                 &(moegen_quant_plan){MOEGEN_RECIPE_FP8_BLOCK, MOEGEN_FP8_E4M3, 0});
+                 &(moegen_quant_plan){.recipe = MOEGEN_RECIPE_FP8_BLOCK, .grad_format = MOEGEN_FP8_E4M3, .scale_pow2 = 0});
   compare_config("gpt-oss-120b", tensorwise, "_tw", "sm_90a", dir, &planted,
-                 &(moegen_quant_plan){MOEGEN_RECIPE_FP8_TENSORWISE, MOEGEN_FP8_E5M2, 0});
+                 &(moegen_quant_plan){.recipe = MOEGEN_RECIPE_FP8_TENSORWISE, .grad_format = MOEGEN_FP8_E5M2, .scale_pow2 = 0});
   compare_config("gpt-oss-120b", tensorwise_e4m3, "_tw_e4m3", "sm_80", dir, &planted,
-                 &(moegen_quant_plan){MOEGEN_RECIPE_FP8_TENSORWISE, MOEGEN_FP8_E4M3, 0});
+                 &(moegen_quant_plan){.recipe = MOEGEN_RECIPE_FP8_TENSORWISE, .grad_format = MOEGEN_FP8_E4M3, .scale_pow2 = 0});
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
