@@ -541,6 +541,10 @@ local function permute_plan()
     combine_vecs = math.max(1, COMBINE_LOADS // K),
     zero_chunk = 16,
     max_chunks = 2048,
+    -- fp8_block: the rows kernel that writes FP8 rows + 1x128 scales
+    -- (templates/permute_fp8.cu.lt), a warp a token (4 values a lane of
+    -- each 128-value tile: the tile's amax is one warp reduction)
+    fp8_threads = (ok and cfg.recipe == "fp8_block") and 256 or 0,
   }
 end
 

@@ -570,6 +570,9 @@ typedef struct moegen_permute_shape {
   int64_t offsets[1];        /* [E + 1] int32 */
   int64_t counts[1];         /* [E]     int32 */
   size_t workspace_bytes;    /* per-tile histograms: max(1, ceil(T / tile_tokens)) * E * 4 */
+  int64_t rows_fp8[2];       /* [R, H]  e4m3 (recipe fp8_block; else [0, 0]) */
+  int64_t row_scales[2];     /* [H/128, scale_ld] fp32 (fp8_block; else [0, 0]) */
+  int64_t scale_ld;          /* the smallest scale_ld: R rounded up to a multiple of 4 (fp8_block) */
 } moegen_permute_shape;
 
 moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tokens, int align,
@@ -607,6 +610,15 @@ typedef struct moegen_permute_args {
   int32_t *num_dropped;        /* out [1] routes dropped by the capacity, or NULL */
   void *workspace;             /* scratch of moegen_permute_shape_of's size, 16-byte aligned */
   size_t workspace_bytes;
+  /* recipe fp8_block: the rows quantized as they are written (the bytes and
+   * scales moegen_quant_rows gives for rows; one read of x for both). */
+  uint8_t *rows_fp8;           /* out [R, H] e4m3, every row below R written (pad rows 0), or
+                                * NULL; needs dtype bf16 and an fp8_block module (else
+                                * NOT_SUPPORTED) */
+  float *row_scales;           /* out [H/128, scale_ld] fp32 dequant scales: row_scales[j *
+                                * scale_ld + r] of rows_fp8[r, 128j ..] (1 on pad rows; columns
+                                * r >= R left as they are); required with rows_fp8 */
+  int64_t scale_ld;            /* with rows_fp8: >= R, a multiple of 4, <= INT32_MAX */
 } moegen_permute_args;
 
 /* moe_permute (SPEC.md 4a, 4c, 4e) without a host sync: counts, offsets and

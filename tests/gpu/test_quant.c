@@ -7,7 +7,8 @@
  * poisoned outputs (0xFF; the padding of the row scales must stay so),
  * blocks that are all zero, of huge, tiny and subnormal magnitude, values
  * at the format's maximum after scaling; a graph replay of the tensorwise
- * op; the argument checks and NOT_SUPPORTED for the other recipes. Label
+ * op; the FP8 rows of moegen_permute_fwd (fp8_block) against quant_rows of
+ * its bf16 rows; the argument checks and NOT_SUPPORTED for the other recipes. Label
  * gpu; exits 77 without a device. test_quant_portable_gpu renders the
  * modules for the device's arch without the 'a' (the kernels are the same
  * source; no wgmma). */
@@ -158,6 +159,78 @@ static void rows_case(moegen_module *m, int64_t M, int K, int64_t extra_ld) {
         moegen_status_string(status), moegen_module_last_error(m));
 }
 
+/* ---------------------------------------------------------------- fused permute (fp8_block) */
+
+/* moegen_permute_fwd's rows_fp8 / row_scales against moegen_quant_rows of
+ * its bf16 rows (checked against the CPU reference by rows_case): the same
+ * bytes and scales, pad rows included (zeros, scale 1), the padding
+ * columns of the scales untouched; then again without the bf16 rows (the
+ * FP8 kernel alone, which must zero the pad rows' probs too). */
+static void fused_case(moegen_module *m, int T, int align) {
+  const moegen_image *img = moegen_module_image(m);
+  const int E = img->permute.experts, K = img->permute.topk, H = img->permute.hidden;
+  moegen_permute_shape sh;
+  CHECK(moegen_permute_shape_of(img, T, align, 0, &sh) == MOEGEN_OK && sh.rows_fp8[0] == sh.rows[0] &&
+            sh.rows_fp8[1] == H && sh.row_scales[0] == H / 128 && sh.row_scales[1] == sh.scale_ld &&
+            sh.scale_ld >= sh.rows[0] && sh.scale_ld % 4 == 0,
+        "permute shape_of (fp8)");
+  const int64_t R = sh.rows[0], ld = sh.scale_ld + 4;
+  const size_t nx = (size_t)T * H, nr = (size_t)R * H, ns = (size_t)(H / 128) * (size_t)ld;
+  uint16_t *x = malloc(2 * nx + 2);
+  int32_t *idx = malloc(4 * (size_t)T * K + 4);
+  float *probs = malloc(4 * (size_t)T * K + 4);
+  fill(x, (int64_t)nx, 128);
+  for (int t = 0; t < T; t++) /* K distinct experts, a few routes to none (-1) */
+    for (int k = 0; k < K; k++) {
+      int e;
+      do e = (int)(rng_u64() % (uint64_t)(E + 1)) - 1; while (e >= 0 && k && idx[t * K] == e);
+      idx[t * K + k] = e;
+      probs[t * K + k] = rng_uniform();
+    }
+  void *dx = gpu_alloc(2 * nx), *didx = gpu_alloc(4 * (size_t)T * K), *dprobs = gpu_alloc(4 * (size_t)T * K);
+  void *drows = gpu_alloc(2 * nr), *ws = gpu_alloc(sh.workspace_bytes);
+  uint8_t *dq = gpu_alloc(nr), *dq2 = gpu_alloc(nr), *dqr = gpu_alloc(nr);
+  float *ds = gpu_alloc(4 * ns), *ds2 = gpu_alloc(4 * ns), *dsr = gpu_alloc(4 * ns);
+  float *dpp = gpu_alloc(4 * (size_t)R), *dpp2 = gpu_alloc(4 * (size_t)R);
+  int32_t *dmap = gpu_alloc(4 * (size_t)T * K), *doff = gpu_alloc(4 * (size_t)(E + 1)), *dcnt = gpu_alloc(4 * (size_t)E);
+  gpu_put(dx, x, 2 * nx);
+  gpu_put(didx, idx, 4 * (size_t)T * K);
+  gpu_put(dprobs, probs, 4 * (size_t)T * K);
+  gpu_poison(dq, nr), gpu_poison(dq2, nr), gpu_poison(dqr, nr);
+  gpu_poison(ds, 4 * ns), gpu_poison(ds2, 4 * ns), gpu_poison(dsr, 4 * ns);
+  gpu_poison(dpp, 4 * (size_t)R), gpu_poison(dpp2, 4 * (size_t)R);
+  moegen_permute_args a = {.num_tokens = T, .dtype = MOEGEN_DTYPE_BF16, .x = dx, .topk_indices = didx,
+                           .probs = dprobs, .align = align, .rows = drows, .permuted_probs = dpp,
+                           .row_map = dmap, .offsets = doff, .counts = dcnt, .workspace = ws,
+                           .workspace_bytes = sh.workspace_bytes, .rows_fp8 = dq, .row_scales = ds,
+                           .scale_ld = ld};
+  moegen_status st = moegen_permute_fwd(m, &a, NULL);
+  moegen_quant_rows_args qa = {.rows = R, .cols = H, .x = drows, .data = dqr, .scales = dsr, .scale_ld = ld};
+  if (st == MOEGEN_OK) st = moegen_quant_rows(m, &qa, NULL);
+  a.rows = NULL, a.rows_fp8 = dq2, a.row_scales = ds2, a.permuted_probs = dpp2;
+  if (st == MOEGEN_OK) st = moegen_permute_fwd(m, &a, NULL);
+  if (st == MOEGEN_OK) CU(gpu_drv->cuCtxSynchronize());
+  uint8_t *q = malloc(nr + 1), *q2 = malloc(nr + 1), *qr = malloc(nr + 1);
+  float *sc = malloc(4 * ns + 4), *sc2 = malloc(4 * ns + 4), *scr = malloc(4 * ns + 4);
+  float *pp = malloc(4 * (size_t)R + 4), *pp2 = malloc(4 * (size_t)R + 4);
+  gpu_get(q, dq, nr), gpu_get(q2, dq2, nr), gpu_get(qr, dqr, nr);
+  gpu_get(sc, ds, 4 * ns), gpu_get(sc2, ds2, 4 * ns), gpu_get(scr, dsr, 4 * ns);
+  gpu_get(pp, dpp, 4 * (size_t)R), gpu_get(pp2, dpp2, 4 * (size_t)R);
+  int64_t at = 0;
+  int ok = st == MOEGEN_OK && same_bytes(q, qr, nr, "rows_fp8", &at) &&
+           same_bytes(sc, scr, 4 * ns, "row_scales", &at) &&
+           same_bytes(q2, qr, nr, "rows_fp8 (fp8 rows only)", &at) &&
+           same_bytes(sc2, scr, 4 * ns, "row_scales (fp8 rows only)", &at) &&
+           same_bytes(pp2, pp, 4 * (size_t)R, "permuted_probs (fp8 rows only)", &at);
+  gpu_free(dx), gpu_free(didx), gpu_free(dprobs), gpu_free(drows), gpu_free(ws), gpu_free(dq);
+  gpu_free(dq2), gpu_free(dqr), gpu_free(ds), gpu_free(ds2), gpu_free(dsr), gpu_free(dpp);
+  gpu_free(dpp2), gpu_free(dmap), gpu_free(doff), gpu_free(dcnt);
+  free(x), free(idx), free(probs), free(q), free(q2), free(qr), free(sc), free(sc2), free(scr);
+  free(pp), free(pp2);
+  CHECK(ok, "permute_fwd rows_fp8 T = %d align %d (R = %lld): %s %s", T, align, (long long)R,
+        moegen_status_string(st), moegen_module_last_error(m));
+}
+
 /* ---------------------------------------------------------------- tensorwise */
 
 /* quant_tensor on x [n] in format f, on stream (NULL: the legacy one), or
@@ -299,6 +372,17 @@ static void bf16_case(moegen_module *m) {
   EXPECT(moegen_quant_rows(m, &r, NULL), MOEGEN_ERR_NOT_SUPPORTED, "bf16 rows");
   EXPECT(moegen_quant_tensor(m, &t, NULL), MOEGEN_ERR_NOT_SUPPORTED, "bf16 tensor");
   EXPECT(moegen_quant_weight_shape_of(img, 1, 128, 128, &wsh), MOEGEN_ERR_NOT_SUPPORTED, "bf16 shape");
+  moegen_permute_shape psh;
+  EXPECT(moegen_permute_shape_of(img, 5, 1, 0, &psh), MOEGEN_OK, "bf16 permute shape");
+  CHECK(psh.rows_fp8[0] == 0 && psh.scale_ld == 0, "bf16 permute shape has FP8 rows");
+  void *buf = gpu_alloc(4096);
+  moegen_permute_args pa = {.num_tokens = 0, .dtype = MOEGEN_DTYPE_BF16, .align = 1,
+                            .offsets = buf, .counts = buf, .workspace = buf,
+                            .workspace_bytes = psh.workspace_bytes, .rows_fp8 = buf,
+                            .row_scales = buf, .scale_ld = 4};
+  moegen_status pst = moegen_permute_fwd(m, &pa, NULL);
+  gpu_free(buf);
+  CHECK(pst == MOEGEN_ERR_NOT_SUPPORTED, "bf16 permute_fwd rows_fp8: %s", moegen_status_string(pst));
 }
 
 int main(void) {
@@ -315,7 +399,7 @@ int main(void) {
     char what[64];
     snprintf(what, sizeof what, "%s%s%s", modules[i].recipe, modules[i].scale ? " " : "",
              modules[i].scale ? modules[i].scale : "");
-    moegen_module *m = test_jit(&c, 1u << MOEGEN_UNIT_QUANT, what);
+    moegen_module *m = test_jit(&c, 1u << MOEGEN_UNIT_QUANT | 1u << MOEGEN_UNIT_PERMUTE, what);
     if (!m) continue;
     const int block = moegen_module_image(m)->quant.recipe == MOEGEN_RECIPE_FP8_BLOCK;
     int before = failures;
@@ -334,6 +418,10 @@ int main(void) {
       for (int t = 0; t < nt; t++)
         for (int k = 0; k < 3; k++) rows_case(m, tokens[t], cols[k], k == 1 ? 8 : 0);
       printf("%s rows (1x128): %s\n", failures == before ? "ok  " : "FAIL", what);
+      before = failures;
+      for (int t = 0; t < nt; t++)
+        for (int al = 1; al <= 128; al *= 16) fused_case(m, tokens[t], al);
+      printf("%s permute_fwd with FP8 rows: %s\n", failures == before ? "ok  " : "FAIL", what);
     } else {
       for (int t = 0; t < nt; t++)
         for (int f = 0; f < 2; f++) {
@@ -350,7 +438,7 @@ int main(void) {
     moegen_module_destroy(m);
   }
   moegen_config c = config_of("bf16", NULL);
-  moegen_module *m = test_jit(&c, 0, "bf16");
+  moegen_module *m = test_jit(&c, 1u << MOEGEN_UNIT_PERMUTE, "bf16");
   if (m) {
     int before = failures;
     bf16_case(m);
