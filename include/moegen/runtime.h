@@ -866,9 +866,10 @@ typedef struct moegen_quant_rows_args {
 
 /* fp8_block's activation / gradient quantization: an E4M3 scale per 128
  * consecutive values of a row (TE's rowwise 1x128 layout). A standalone
- * pass, one kernel: for tests, and the fallback until the quantization is
- * fused into the kernels that write these tensors (permute, the SwiGLU
- * epilogue, the backward's dY readers). Buffer contract: reads x; writes
+ * pass, one kernel: for tests, and the fallback where the quantization is
+ * not fused into the kernel that writes the tensor: moegen_permute_fwd has
+ * it (rows_fp8); the SwiGLU epilogue and the backward's dY readers do not
+ * yet. Buffer contract: reads x; writes
  * every element of data and scales[j * scale_ld + r] for r < M (the
  * padding columns r >= M are left as they are). */
 moegen_status moegen_quant_rows(moegen_module *m, const moegen_quant_rows_args *args,
