@@ -496,11 +496,16 @@ int moegen_abi_export(moegen_sandbox *sb, moegen_error *err) {
 #define LUA_DTYPE(e, name, value, bytes) " " #name " = " #value ","
 #define LUA_DTYPE_BYTES(e, name, value, bytes) " " #name " = " #bytes ","
 #define LUA_NAMED(e, name, value) " " #name " = " #value "," /* the (e, name, value) lists */
+#define LUA_FP8(e, name, value, max) " " #name " = " #value ","
+#define LUA_FP8_MAX(e, name, value, max) " " #name " = " #max ","
   static const char *const tables[][2] = {
       {"dtype", MOEGEN_DTYPES(LUA_DTYPE)},           {"dtype_bytes", MOEGEN_DTYPES(LUA_DTYPE_BYTES)},
       {"score", MOEGEN_SCORES(LUA_NAMED)},           {"index_dtype", MOEGEN_INDEX_DTYPES(LUA_NAMED)},
       {"count_dtype", MOEGEN_COUNT_DTYPES(LUA_NAMED)}, {"router_bwd", MOEGEN_ROUTER_BWDS(LUA_NAMED)},
-      {"limits", MOEGEN_LIMITS(LUA_NAMED)}};
+      {"limits", MOEGEN_LIMITS(LUA_NAMED)},
+      {"recipe", MOEGEN_RECIPES(LUA_NAMED)},         {"fp8_grad_format", MOEGEN_FP8_GRAD_FORMATS(LUA_NAMED)},
+      {"fp8_scale", MOEGEN_FP8_SCALES(LUA_NAMED)},   {"fp8_format", MOEGEN_FP8_FORMATS(LUA_FP8)},
+      {"fp8_max", MOEGEN_FP8_FORMATS(LUA_FP8_MAX)}};
   put(&t, "local abi = {\n");
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
     put(&t, "  %s = {%s },\n", tables[i][0], tables[i][1]);

@@ -49,7 +49,8 @@ int moegen_abi_present(const moegen_image *image, const char *name);
 int moegen_abi_read_plan(moegen_sandbox *sb, moegen_image *image, moegen_error *err);
 
 /* Runs the generated chunk that sets global `abi` in sb: abi.dtype,
- * abi.dtype_bytes, abi.score, abi.index_dtype, abi.count_dtype, abi.limits
+ * abi.dtype_bytes, abi.score, abi.index_dtype, abi.count_dtype, abi.limits,
+ * abi.recipe, abi.fp8_grad_format, abi.fp8_scale, abi.fp8_format, abi.fp8_max
  * (moegen/types.h) and abi.kernels
  * (name = {id, name, unit, plan, params = {parameter names, launch order}}),
  * abi.layout_check and abi.want. */

@@ -32,23 +32,74 @@
 
 /* ---------------------------------------------------------------- the key table */
 
-typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_STR, KT_SCORE, KT_DTYPE, KT_ROUTER_BWD } key_type;
+typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_STR, KT_ENUM } key_type;
+
+/* Enum names from moegen/types.h: one array each (index = value), and
+ * "|a|b|c" (the type text is it from the second character). */
+#define NAME_OF(e, name, value) [value] = #name,
+#define NAME_OF_DTYPE(e, name, value, bytes) [value] = #name,
+#define ALT_OF(e, name, value) "|" #name
+#define ALT_OF_DTYPE(e, name, value, bytes) "|" #name
+static const char *const score_names[] = {MOEGEN_SCORES(NAME_OF)};
+static const char *const dtype_names[] = {MOEGEN_DTYPES(NAME_OF_DTYPE)};
+static const char *const recipe_names[] = {MOEGEN_RECIPES(NAME_OF)};
+static const char *const grad_format_names[] = {MOEGEN_FP8_GRAD_FORMATS(NAME_OF)};
+static const char *const scale_names[] = {MOEGEN_FP8_SCALES(NAME_OF)};
+static const char *const router_bwd_names[] = {MOEGEN_ROUTER_BWDS(NAME_OF)};
+static const char score_alternatives[] = MOEGEN_SCORES(ALT_OF);
+static const char dtype_alternatives[] = MOEGEN_DTYPES(ALT_OF_DTYPE);
+static const char recipe_alternatives[] = MOEGEN_RECIPES(ALT_OF);
+static const char grad_format_alternatives[] = MOEGEN_FP8_GRAD_FORMATS(ALT_OF);
+static const char scale_alternatives[] = MOEGEN_FP8_SCALES(ALT_OF);
+static const char router_bwd_alternatives[] = MOEGEN_ROUTER_BWDS(ALT_OF);
+#define COUNT_OF(a) (sizeof a / sizeof a[0])
+
+/* An enum-valued key: its names and what one is called in messages. */
+typedef struct enum_desc {
+  const char *const *names;
+  size_t count;
+  const char *alternatives; /* "|a|b|c" */
+  const char *noun;         /* "unknown NOUN \"x\"" */
+} enum_desc;
+
+static const enum_desc score_enum = {score_names, COUNT_OF(score_names), score_alternatives,
+                                     "score function"};
+static const enum_desc dtype_enum = {dtype_names, COUNT_OF(dtype_names), dtype_alternatives,
+                                     "dtype"};
+static const enum_desc recipe_enum = {recipe_names, COUNT_OF(recipe_names), recipe_alternatives,
+                                      "recipe"};
+static const enum_desc grad_format_enum = {grad_format_names, COUNT_OF(grad_format_names),
+                                           grad_format_alternatives, "gradient format"};
+static const enum_desc scale_enum = {scale_names, COUNT_OF(scale_names), scale_alternatives,
+                                     "scale format"};
+static const enum_desc router_bwd_enum = {router_bwd_names, COUNT_OF(router_bwd_names),
+                                          router_bwd_alternatives, "router backward mode"};
+
+_Static_assert(sizeof(moegen_score) == sizeof(int) && sizeof(moegen_dtype) == sizeof(int) &&
+                   sizeof(moegen_recipe) == sizeof(int) &&
+                   sizeof(moegen_fp8_grad_format) == sizeof(int) &&
+                   sizeof(moegen_fp8_scale) == sizeof(int) &&
+                   sizeof(moegen_router_bwd_mode) == sizeof(int),
+               "enum fields are stored as ints");
 
 typedef struct key_desc {
   const char *key;  /* config key (Lua table key, --set key) */
   key_type type;
   size_t offset;    /* of the member in moegen_config */
   const char *help; /* one-line meaning, for --help */
+  const enum_desc *values; /* KT_ENUM: its names; else NULL */
 } key_desc;
 
-#define KEY(f, t, member, help) [f] = {#member, t, offsetof(moegen_config, member), help}
+#define KEY(f, t, member, help) [f] = {#member, t, offsetof(moegen_config, member), help, NULL}
+#define ENUM_KEY(f, e, member, help) \
+  [f] = {#member, KT_ENUM, offsetof(moegen_config, member), help, &e}
 static const key_desc keys[MOEGEN_F_COUNT] = {
     KEY(MOEGEN_F_NAME, KT_STR, name, "model name, informational: UTF-8, at most 63 bytes, no control characters"),
     KEY(MOEGEN_F_EXPERTS, KT_INT, experts, "E, routed experts (1..2048)"),
     KEY(MOEGEN_F_TOPK, KT_INT, topk, "K, experts per token (1..min(E, 32))"),
     KEY(MOEGEN_F_HIDDEN, KT_INT, hidden, "H, hidden size (model dim), 1..16777216"),
     KEY(MOEGEN_F_FFN, KT_INT, ffn, "F, per-expert FFN (intermediate) size, 1..16777216"),
-    KEY(MOEGEN_F_SCORE, KT_SCORE, score, "router score function"),
+    ENUM_KEY(MOEGEN_F_SCORE, score_enum, score, "router score function"),
     KEY(MOEGEN_F_PRE_SOFTMAX, KT_BOOL, pre_softmax,
         "softmax over all E before top-K, no renormalization (softmax only)"),
     KEY(MOEGEN_F_GROUPS, KT_INT, groups, "expert groups; 0 = no group-limited routing"),
@@ -57,8 +108,8 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
         "fp32 [E] bias added to the scores for selection (sigmoid/sqrtsoftplus only)"),
     KEY(MOEGEN_F_SCALING, KT_NUM, scaling, "routed scaling factor on the probs; the kernels use it as a float, so it must "
         "round to a normal one (1.17549435e-38 to 3.40282347e+38)"),
-    KEY(MOEGEN_F_LOGITS_DTYPE, KT_DTYPE, logits_dtype, "router logits and probs dtype"),
-    KEY(MOEGEN_F_DTYPE, KT_DTYPE, dtype, "activations and weights dtype; bf16 or fp16 only"),
+    ENUM_KEY(MOEGEN_F_LOGITS_DTYPE, dtype_enum, logits_dtype, "router logits and probs dtype"),
+    ENUM_KEY(MOEGEN_F_DTYPE, dtype_enum, dtype, "activations and weights dtype; bf16 or fp16 only"),
     KEY(MOEGEN_F_SHARED_EXPERTS, KT_INT, shared_experts,
         "shared experts, >= 0 (informational: the caller runs them)"),
     KEY(MOEGEN_F_AUX_LOSS_COEFF, KT_NUM, aux_loss_coeff,
@@ -66,57 +117,53 @@ static const key_desc keys[MOEGEN_F_COUNT] = {
     KEY(MOEGEN_F_QUANTILE_BALANCING, KT_BOOL, quantile_balancing,
         "quantile balancing: cutoff = (K+1)-th biased score, per-expert histogram (sigmoid + "
         "expert_bias, no groups, topk < experts)"),
-    KEY(MOEGEN_F_ROUTER_BWD, KT_ROUTER_BWD, router_bwd,
-        "router backward state: saved (TE's: the forward writes an fp32 [T, E] intermediate) or "
-        "recompute (the backward recomputes it from the logits; the forward saves none)"),
+    ENUM_KEY(MOEGEN_F_ROUTER_BWD, router_bwd_enum, router_bwd,
+             "router backward state: saved (TE's: the forward writes an fp32 [T, E] intermediate) "
+             "or recompute (the backward recomputes it from the logits; the forward saves none)"),
+    ENUM_KEY(MOEGEN_F_RECIPE, recipe_enum, recipe,
+             "precision recipe of the expert path: bf16; fp8_tensorwise (one scale per tensor "
+             "from its amax each call, TE current scaling); fp8_block (E4M3, fp32 scales per "
+             "1x128 row tile and 128x128 weight block, DeepSeek-V3; hidden and ffn multiples of "
+             "128); the FP8 recipes need dtype bf16"),
+    ENUM_KEY(MOEGEN_F_FP8_GRAD_FORMAT, grad_format_enum, fp8_grad_format,
+             "fp8_tensorwise's gradients: hybrid = E5M2 (E4M3 forward tensors), e4m3 = E4M3 "
+             "everywhere; other recipes take only the default, hybrid (fp8_block is E4M3 "
+             "throughout)"),
+    ENUM_KEY(MOEGEN_F_FP8_SCALE, scale_enum, fp8_scale,
+             "fp8_block's scales: pow2 = FP8_MAX / amax rounded down to a power of two, fp32 = "
+             "as computed; other recipes take only the default, pow2 (fp8_tensorwise's scale "
+             "is always fp32, TE current scaling)"),
 };
 
-/* Enum names from moegen/types.h: one array each, and "|a|b|c" (the type
- * text is it from the second character). */
-#define NAME_OF_SCORE(e, name, value) [value] = #name,
-#define NAME_OF_DTYPE(e, name, value, bytes) [value] = #name,
-#define ALT_OF_SCORE(e, name, value) "|" #name
-#define ALT_OF_DTYPE(e, name, value, bytes) "|" #name
-#define NAME_OF_ROUTER_BWD(e, name, value) [value] = #name,
-#define ALT_OF_ROUTER_BWD(e, name, value) "|" #name
-static const char score_alternatives[] = MOEGEN_SCORES(ALT_OF_SCORE);
-static const char dtype_alternatives[] = MOEGEN_DTYPES(ALT_OF_DTYPE);
-static const char router_bwd_alternatives[] = MOEGEN_ROUTER_BWDS(ALT_OF_ROUTER_BWD);
-
 static const char *const type_text[] = {
-    [KT_INT] = "integer", [KT_NUM] = "number", [KT_BOOL] = "true|false", [KT_STR] = "string",
-    [KT_SCORE] = score_alternatives + 1, [KT_DTYPE] = dtype_alternatives + 1,
-    [KT_ROUTER_BWD] = router_bwd_alternatives + 1};
-
-static const char *const score_names[] = {MOEGEN_SCORES(NAME_OF_SCORE)};
-static const char *const dtype_names[] = {MOEGEN_DTYPES(NAME_OF_DTYPE)};
-static const char *const router_bwd_names[] = {MOEGEN_ROUTER_BWDS(NAME_OF_ROUTER_BWD)};
-#define N_SCORES (sizeof score_names / sizeof score_names[0])
-#define N_DTYPES (sizeof dtype_names / sizeof dtype_names[0])
-#define N_ROUTER_BWDS (sizeof router_bwd_names / sizeof router_bwd_names[0])
+    [KT_INT] = "integer", [KT_NUM] = "number", [KT_BOOL] = "true|false", [KT_STR] = "string"};
 
 const char *moegen_config_key_name(moegen_field f) {
   return (unsigned)f < MOEGEN_F_COUNT ? keys[f].key : NULL;
 }
 
 const char *moegen_config_key_type(moegen_field f) {
-  return (unsigned)f < MOEGEN_F_COUNT ? type_text[keys[f].type] : NULL;
+  if ((unsigned)f >= MOEGEN_F_COUNT) return NULL;
+  return keys[f].values ? keys[f].values->alternatives + 1 : type_text[keys[f].type];
 }
 
 const char *moegen_config_key_help(moegen_field f) {
   return (unsigned)f < MOEGEN_F_COUNT ? keys[f].help : NULL;
 }
 
-const char *moegen_score_name(moegen_score s) {
-  return (unsigned)s < N_SCORES ? score_names[s] : "?";
+static const char *enum_name(const enum_desc *e, int v) {
+  return v >= 0 && (size_t)v < e->count ? e->names[v] : "?";
 }
 
-const char *moegen_dtype_name(moegen_dtype d) {
-  return (unsigned)d < N_DTYPES ? dtype_names[d] : "?";
+const char *moegen_score_name(moegen_score s) { return enum_name(&score_enum, (int)s); }
+const char *moegen_dtype_name(moegen_dtype d) { return enum_name(&dtype_enum, (int)d); }
+const char *moegen_recipe_name(moegen_recipe r) { return enum_name(&recipe_enum, (int)r); }
+const char *moegen_fp8_grad_format_name(moegen_fp8_grad_format g) {
+  return enum_name(&grad_format_enum, (int)g);
 }
-
+const char *moegen_fp8_scale_name(moegen_fp8_scale s) { return enum_name(&scale_enum, (int)s); }
 const char *moegen_router_bwd_name(moegen_router_bwd_mode b) {
-  return (unsigned)b < N_ROUTER_BWDS ? router_bwd_names[b] : "?";
+  return enum_name(&router_bwd_enum, (int)b);
 }
 
 /* Field whose key is the `len` bytes at `key`, or -1. */
@@ -165,6 +212,9 @@ void moegen_config_defaults(moegen_config *c) {
   c->scaling = 1.0;
   c->logits_dtype = MOEGEN_DTYPE_BF16;
   c->dtype = MOEGEN_DTYPE_BF16;
+  c->recipe = MOEGEN_RECIPE_BF16;
+  c->fp8_grad_format = MOEGEN_FP8_GRAD_HYBRID;
+  c->fp8_scale = MOEGEN_FP8_SCALE_POW2;
   for (int f = 0; f < MOEGEN_F_COUNT; f++) set_origin(&c->origin[f], MOEGEN_ORIGIN_DEFAULT, 0);
 }
 
@@ -267,8 +317,7 @@ static bool int_of(const value *v, int *out) {
 /* What a value of each key type must be, for "expected X" messages. */
 static const char *const expected_text[] = {
     [KT_INT] = "an integer", [KT_NUM] = "a number", [KT_BOOL] = "a boolean (true or false)",
-    [KT_STR] = "a string", [KT_SCORE] = "a string", [KT_DTYPE] = "a string",
-    [KT_ROUTER_BWD] = "a string"};
+    [KT_STR] = "a string", [KT_ENUM] = "a string"};
 
 /* Checks v against field f's type and stores it; on failure returns a
  * sysexits code with the reason (without the key) in why. */
@@ -295,22 +344,14 @@ static int convert(moegen_config *c, moegen_field f, const value *v, char *why, 
     memcpy(p, v->s, v->len);
     p[v->len] = 0;
     return 0;
-  case KT_SCORE:
-  case KT_DTYPE:
-  case KT_ROUTER_BWD:
+  case KT_ENUM:
     if (v->kind != V_STRING) break;
-    if (keys[f].type == KT_SCORE && (i = find_name(score_names, N_SCORES, v->s, v->len)) >= 0)
-      *(moegen_score *)p = (moegen_score)i;
-    if (keys[f].type == KT_DTYPE && (i = find_name(dtype_names, N_DTYPES, v->s, v->len)) >= 0)
-      *(moegen_dtype *)p = (moegen_dtype)i;
-    if (keys[f].type == KT_ROUTER_BWD &&
-        (i = find_name(router_bwd_names, N_ROUTER_BWDS, v->s, v->len)) >= 0)
-      *(moegen_router_bwd_mode *)p = (moegen_router_bwd_mode)i;
-    if (i >= 0) return 0;
-    snprintf(why, n, "unknown %s %s (expected %s)",
-             keys[f].type == KT_SCORE ? "score function"
-             : keys[f].type == KT_DTYPE ? "dtype" : "router backward mode",
-             got, type_text[keys[f].type]);
+    if ((i = find_name(keys[f].values->names, keys[f].values->count, v->s, v->len)) >= 0) {
+      *(int *)p = i;
+      return 0;
+    }
+    snprintf(why, n, "unknown %s %s (expected %s)", keys[f].values->noun, got,
+             keys[f].values->alternatives + 1);
     return EX_CONFIG;
   }
   snprintf(why, n, "expected %s, got %s", expected_text[keys[f].type], got);
@@ -647,7 +688,7 @@ static int check_sizes(const moegen_config *c, moegen_error *err) {
 }
 
 static int check_score(const moegen_config *c, moegen_error *err) {
-  if ((unsigned)c->score >= N_SCORES)
+  if ((unsigned)c->score >= COUNT_OF(score_names))
     return reject(err, EX_DATAERR, c, MOEGEN_F_SCORE, "invalid enum value %d", (int)c->score);
   if (c->pre_softmax && c->score != MOEGEN_SCORE_SOFTMAX)
     return reject(err, EX_CONFIG, c, MOEGEN_F_PRE_SOFTMAX,
@@ -752,16 +793,79 @@ static int check_numbers(const moegen_config *c, moegen_error *err) {
 }
 
 static int check_dtypes(const moegen_config *c, moegen_error *err) {
-  if ((unsigned)c->logits_dtype >= N_DTYPES)
+  if ((unsigned)c->logits_dtype >= COUNT_OF(dtype_names))
     return reject(err, EX_DATAERR, c, MOEGEN_F_LOGITS_DTYPE, "invalid enum value %d",
                   (int)c->logits_dtype);
-  if ((unsigned)c->dtype >= N_DTYPES)
+  if ((unsigned)c->dtype >= COUNT_OF(dtype_names))
     return reject(err, EX_DATAERR, c, MOEGEN_F_DTYPE, "invalid enum value %d", (int)c->dtype);
   if (c->dtype == MOEGEN_DTYPE_FP32)
     return reject(err, EX_CONFIG, c, MOEGEN_F_DTYPE, "must be \"bf16\" or \"fp16\", got \"fp32\"");
-  if ((unsigned)c->router_bwd >= N_ROUTER_BWDS)
+  if ((unsigned)c->router_bwd >= COUNT_OF(router_bwd_names))
     return reject(err, EX_DATAERR, c, MOEGEN_F_ROUTER_BWD, "invalid enum value %d",
                   (int)c->router_bwd);
+  return 0;
+}
+
+/* Where field f was set, for a message about another field: " (set at
+ * FILE:LINE)", or "" when no source set it. */
+static void origin_note(const moegen_config *c, moegen_field f, char *buf, size_t size) {
+  const moegen_origin *o = &c->origin[f];
+  if (strcmp(o->file, MOEGEN_ORIGIN_DEFAULT) == 0)
+    snprintf(buf, size, "%s", "");
+  else if (o->line > 0 && strcmp(o->file, ORIGIN_COMMAND_LINE) == 0)
+    snprintf(buf, size, " (set by command-line argument %d)", o->line);
+  else if (o->line > 0)
+    snprintf(buf, size, " (set at %s:%d)", o->file, o->line);
+  else
+    snprintf(buf, size, " (set by %s)", o->file);
+}
+
+/* The precision recipe (SPEC 5b). A sub-key belongs to one recipe
+ * (fp8_grad_format to fp8_tensorwise, fp8_scale to fp8_block); with any
+ * other it must keep its default, so that a config never says what its
+ * kernels do not do (--print-config still lists it, at the default). */
+static int check_recipe(const moegen_config *c, moegen_error *err) {
+  if ((unsigned)c->recipe >= COUNT_OF(recipe_names))
+    return reject(err, EX_DATAERR, c, MOEGEN_F_RECIPE, "invalid enum value %d", (int)c->recipe);
+  if ((unsigned)c->fp8_grad_format >= COUNT_OF(grad_format_names))
+    return reject(err, EX_DATAERR, c, MOEGEN_F_FP8_GRAD_FORMAT, "invalid enum value %d",
+                  (int)c->fp8_grad_format);
+  if ((unsigned)c->fp8_scale >= COUNT_OF(scale_names))
+    return reject(err, EX_DATAERR, c, MOEGEN_F_FP8_SCALE, "invalid enum value %d",
+                  (int)c->fp8_scale);
+  const char *recipe = recipe_names[c->recipe];
+  char at[320];
+  origin_note(c, MOEGEN_F_RECIPE, at, sizeof at);
+  if (c->fp8_grad_format != MOEGEN_FP8_GRAD_HYBRID && c->recipe != MOEGEN_RECIPE_FP8_TENSORWISE)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_FP8_GRAD_FORMAT,
+                  "\"%s\" only applies to recipe = \"fp8_tensorwise\" (recipe is \"%s\"%s%s); "
+                  "leave it at \"hybrid\"",
+                  grad_format_names[c->fp8_grad_format], recipe, at,
+                  c->recipe == MOEGEN_RECIPE_FP8_BLOCK ? ", which is E4M3 throughout" : "");
+  if (c->fp8_scale != MOEGEN_FP8_SCALE_POW2 && c->recipe != MOEGEN_RECIPE_FP8_BLOCK)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_FP8_SCALE,
+                  "\"%s\" only applies to recipe = \"fp8_block\" (recipe is \"%s\"%s%s); leave "
+                  "it at \"pow2\"",
+                  scale_names[c->fp8_scale], recipe, at,
+                  c->recipe == MOEGEN_RECIPE_FP8_TENSORWISE
+                      ? ", whose scale is always FP8_MAX / amax in fp32, as TE's current scaling"
+                      : "");
+  if (c->recipe == MOEGEN_RECIPE_BF16) return 0;
+  if (c->dtype != MOEGEN_DTYPE_BF16)
+    return reject(err, EX_CONFIG, c, MOEGEN_F_DTYPE,
+                  "must be \"bf16\" with recipe = \"%s\"%s (the FP8 recipes quantize bf16 "
+                  "activations and write bf16 outputs), got \"%s\"",
+                  recipe, at, dtype_names[c->dtype]);
+  if (c->recipe != MOEGEN_RECIPE_FP8_BLOCK) return 0;
+  static const moegen_field dims[] = {MOEGEN_F_HIDDEN, MOEGEN_F_FFN};
+  for (size_t i = 0; i < COUNT_OF(dims); i++) {
+    int v = dims[i] == MOEGEN_F_HIDDEN ? c->hidden : c->ffn;
+    if (v % MOEGEN_FP8_BLOCK)
+      return reject(err, EX_CONFIG, c, dims[i],
+                    "%d is not a multiple of %d, which recipe = \"fp8_block\"%s needs (its "
+                    "1x%d row tiles and %dx%d weight blocks)",
+                    v, MOEGEN_FP8_BLOCK, at, MOEGEN_FP8_BLOCK, MOEGEN_FP8_BLOCK, MOEGEN_FP8_BLOCK);
+  }
   return 0;
 }
 
@@ -773,6 +877,7 @@ int moegen_config_validate(const moegen_config *c, moegen_error *err) {
   if (!rc) rc = check_qb(c, err);
   if (!rc) rc = check_numbers(c, err);
   if (!rc) rc = check_dtypes(c, err);
+  if (!rc) rc = check_recipe(c, err);
   return rc;
 }
 
@@ -837,9 +942,7 @@ static void put_field(sink *s, const moegen_config *c, moegen_field f) {
   case KT_NUM: put_number(s, *(const double *)p); break;
   case KT_BOOL: put(s, "%s", *(const bool *)p ? "true" : "false"); break;
   case KT_STR: put_string(s, p, strnlen(p, sizeof c->name)); break;
-  case KT_SCORE: put_enum(s, moegen_score_name(*(const moegen_score *)p)); break;
-  case KT_DTYPE: put_enum(s, moegen_dtype_name(*(const moegen_dtype *)p)); break;
-  case KT_ROUTER_BWD: put_enum(s, moegen_router_bwd_name(*(const moegen_router_bwd_mode *)p)); break;
+  case KT_ENUM: put_enum(s, enum_name(keys[f].values, *(const int *)p)); break;
   }
   put(s, ",\n");
 }

@@ -600,6 +600,58 @@ static int apply_torch_dtype(hf_load *h) {
   return 0;
 }
 
+/* quantization_config (at the top level; transformers' HfQuantizer keys):
+ * DeepSeek-V3's block FP8 (quant_method "fp8", fmt "e4m3",
+ * weight_block_size [128, 128], activation_scheme "dynamic": E4M3 weights
+ * with a scale per 128 x 128 block, activations quantized per 1 x 128 tile
+ * at run time) is recipe fp8_block. fmt and activation_scheme may be
+ * missing (those are transformers' defaults); anything else is refused,
+ * naming the key, since moegen would compute another quantization than the
+ * checkpoint's. null or no key leaves the recipe as it was. */
+static int apply_quantization(hf_load *h) {
+  static const char key[] = "quantization_config";
+  const json_t *q = json_object_get(h->root, key);
+  if (!q || json_is_null(q)) return 0;
+  if (!json_is_object(q)) return hf_fail(h, EX_DATAERR, key, "expected an object, got %s", json_kind(q));
+  const char *method, *fmt, *scheme;
+  int rc = get_string(h, q, "quant_method", &method);
+  if (!rc) rc = get_string(h, q, "fmt", &fmt);
+  if (!rc) rc = get_string(h, q, "activation_scheme", &scheme);
+  if (rc) return rc;
+  static const char expected[] =
+      "moegen reads DeepSeek-V3's block FP8 only: quant_method \"fp8\", fmt \"e4m3\", "
+      "weight_block_size [128, 128], activation_scheme \"dynamic\" (recipe fp8_block)";
+  if (!method)
+    return hf_fail(h, EX_CONFIG, key, "has no quant_method; %s", expected);
+  if (strcmp(method, "fp8") != 0)
+    return hf_fail(h, EX_CONFIG, "quant_method", "\"%.80s\" is not supported: %s", method, expected);
+  if (fmt && strcmp(fmt, "e4m3") != 0)
+    return hf_fail(h, EX_CONFIG, "fmt", "\"%.80s\" is not supported: %s", fmt, expected);
+  if (scheme && strcmp(scheme, "dynamic") != 0)
+    return hf_fail(h, EX_CONFIG, "activation_scheme",
+                   "\"%.80s\" is not supported (fp8_block computes activation scales at run "
+                   "time): %s", scheme, expected);
+  const json_t *b = json_object_get(q, "weight_block_size");
+  if (!b)
+    return hf_fail(h, EX_CONFIG, key, "has no weight_block_size (a per-tensor FP8 checkpoint); %s",
+                   expected);
+  if (!json_is_array(b))
+    return hf_fail(h, EX_DATAERR, "weight_block_size", "expected an array, got %s", json_kind(b));
+  bool block = json_array_size(b) == 2;
+  for (size_t i = 0; i < json_array_size(b); i++) {
+    const json_t *x = json_array_get(b, i);
+    if (!json_is_integer(x))
+      return hf_fail(h, EX_DATAERR, "weight_block_size", "expected an array of integers, got %s",
+                     json_kind(x));
+    block = block && json_integer_value(x) == MOEGEN_FP8_BLOCK;
+  }
+  if (!block)
+    return hf_fail(h, EX_CONFIG, "weight_block_size", "is not supported: %s", expected);
+  h->cfg->recipe = MOEGEN_RECIPE_FP8_BLOCK;
+  set_origin(h, MOEGEN_F_RECIPE, key);
+  return 0;
+}
+
 /* name: the file name without ".json"; for "config.json", the model_type.
  * A longer one is cut to the 63 bytes a name holds, at a UTF-8 character
  * boundary (validation rejects a file name that is not UTF-8). */
@@ -640,6 +692,7 @@ static int apply_root(hf_load *h) {
   if (!rc && h->family->rules) rc = h->family->rules(h);
   if (!rc && h->family->norm_topk_prob >= 0) rc = apply_norm_topk_prob(h);
   if (!rc) rc = apply_torch_dtype(h);
+  if (!rc) rc = apply_quantization(h);
   if (rc) return rc;
   if (h->cfg->groups == 1 && h->cfg->group_topk == 1) /* one group of all experts: no groups */
     h->cfg->groups = h->cfg->group_topk = 0;

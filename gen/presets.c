@@ -3,7 +3,9 @@
  * Each preset holds exactly what moegen_config_load_hf reads from the
  * model's config.json in shared/models (tests/unit/test_config.c checks
  * that, field by field); routing facts per model are in SPEC.md section 7.
- * Every preset sets bf16 logits and bf16 activations.
+ * Every preset sets bf16 logits and bf16 activations, and recipe bf16
+ * (with the FP8 sub-keys at their defaults), also where the model's file
+ * carries a quantization_config (DeepSeek-V3: fp8_block).
  */
 #include <stdio.h>
 #include <string.h>
@@ -62,6 +64,9 @@ static void copy_preset(moegen_config *c, const preset *p) {
   c->dtype = MOEGEN_DTYPE_BF16;
   c->shared_experts = p->shared_experts;
   c->aux_loss_coeff = p->aux_loss_coeff;
+  c->recipe = MOEGEN_RECIPE_BF16; /* a preset is the bf16 layer (DeepSeek-V3's file says fp8_block) */
+  c->fp8_grad_format = MOEGEN_FP8_GRAD_HYBRID;
+  c->fp8_scale = MOEGEN_FP8_SCALE_POW2;
 }
 
 int moegen_config_preset(moegen_config *c, const char *name, moegen_error *err) {

@@ -31,6 +31,8 @@ static const struct {
     {"grouped_gemm_bwd_sm90.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN}, /* uses ggemm:: */
     {"grouped_gemm_mma.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN}, /* every other arch */
     {"permute.cu.lt", MOEGEN_UNIT_PERMUTE, 0},
+    {"permute_fp8.cu.lt", MOEGEN_UNIT_PERMUTE, 0}, /* fp8_block only */
+    {"quant.cu.lt", MOEGEN_UNIT_QUANT, 0}, /* FP8 recipes only */
 };
 
 /* Whether s holds anything but white space. */

@@ -279,6 +279,11 @@ static void push_field(lua_State *L, const moegen_config *c, moegen_field f) {
   case MOEGEN_F_AUX_LOSS_COEFF: lua_pushnumber(L, c->aux_loss_coeff); break;
   case MOEGEN_F_QUANTILE_BALANCING: lua_pushboolean(L, c->quantile_balancing); break;
   case MOEGEN_F_ROUTER_BWD: lua_pushstring(L, moegen_router_bwd_name(c->router_bwd)); break;
+  case MOEGEN_F_RECIPE: lua_pushstring(L, moegen_recipe_name(c->recipe)); break;
+  case MOEGEN_F_FP8_GRAD_FORMAT:
+    lua_pushstring(L, moegen_fp8_grad_format_name(c->fp8_grad_format));
+    break;
+  case MOEGEN_F_FP8_SCALE: lua_pushstring(L, moegen_fp8_scale_name(c->fp8_scale)); break;
   case MOEGEN_F_COUNT: lua_pushnil(L); break; /* not a field */
   }
 }

@@ -9,6 +9,7 @@ static const char *why_absent(moegen_unit u) {
   case MOEGEN_UNIT_PERMUTE: return "they need hidden % 8 == 0";
   case MOEGEN_UNIT_GEMM:
   case MOEGEN_UNIT_GEMM_TRAIN: return "they need sm_80 or later and hidden, ffn multiples of 8";
+  case MOEGEN_UNIT_QUANT: return "they need recipe = fp8_tensorwise or fp8_block";
   default: return "its config does not call for them";
   }
 }

@@ -49,6 +49,13 @@ moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tok
   shape->counts[0] = p->experts;
   shape->workspace_bytes = (size_t)tiles_of(p, num_tokens) * (size_t)p->experts * 4;
   shape->workspace_bytes = (shape->workspace_bytes + 15) / 16 * 16;
+  if (moegen_has_kernel(image, MOEGEN_KERNEL_PERMUTE_ROWS_FP8)) {
+    shape->rows_fp8[0] = R;
+    shape->rows_fp8[1] = p->hidden;
+    shape->scale_ld = (R + 3) / 4 * 4;
+    shape->row_scales[0] = p->hidden / MOEGEN_FP8_BLOCK;
+    shape->row_scales[1] = shape->scale_ld;
+  }
   return MOEGEN_OK;
 }
 
@@ -101,6 +108,31 @@ static moegen_status prepare(moegen_module *m, moegen_kernel_id id, long long bl
 
 /* ---------------------------------------------------------------- permute */
 
+/* The FP8 rows output (fp8_block modules): kernel, dtype, scales and their ld. */
+static moegen_status check_permute_fp8(moegen_module *m, const moegen_permute_plan *p,
+                                       const moegen_permute_args *a) {
+  const moegen_image *img = moegen_module_image(m);
+  if (!moegen_has_kernel(img, MOEGEN_KERNEL_PERMUTE_ROWS_FP8))
+    return moegen_module_fail(m, MOEGEN_ERR_NOT_SUPPORTED,
+                              "permute_fwd: rows_fp8 needs a module of recipe fp8_block (%s is not "
+                              "one)", img->name);
+  int64_t R = rows_bound(p, a->num_tokens, a->align, a->capacity);
+  if (a->dtype != MOEGEN_DTYPE_BF16)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: rows_fp8 quantizes bf16 x (dtype = %d)", (int)a->dtype);
+  if (!a->row_scales || (a->num_tokens > 0 && !a->x))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "permute_fwd: rows_fp8 given but %s is NULL",
+                              !a->row_scales ? "row_scales" : "x");
+  if (a->scale_ld < R || a->scale_ld % 4 || a->scale_ld > INT32_MAX)
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: scale_ld = %lld must be >= R (%lld), a multiple of 4 and "
+                              "<= INT32_MAX", (long long)a->scale_ld, (long long)R);
+  if (moegen_misaligned(a->rows_fp8) || moegen_misaligned(a->row_scales))
+    return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
+                              "permute_fwd: rows_fp8 and row_scales must be 16-byte aligned");
+  return MOEGEN_OK;
+}
+
 static moegen_status check_permute(moegen_module *m, const moegen_permute_plan *p,
                                    const moegen_permute_args *a, int *nv) {
   moegen_status st = check_common(m, p, "permute_fwd", a->num_tokens, a->dtype, nv);
@@ -145,7 +177,7 @@ static moegen_status check_permute(moegen_module *m, const moegen_permute_plan *
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "permute_fwd: x, rows, routing_map and workspace must be 16-byte "
                               "aligned");
-  return MOEGEN_OK;
+  return a->rows_fp8 ? check_permute_fp8(m, p, a) : MOEGEN_OK;
 }
 
 moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a, CUstream stream) {
@@ -166,7 +198,18 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a,
             a->permuted_probs, a->offsets, a->counts, a->num_dropped},
       .T = T, .R = R, .align = a->align, .capacity = a->capacity};
   RUN(permute_rank, MOEGEN_KERNEL_PERMUTE_RANK, tiles, p->tile_tokens, &rank, "permute_fwd");
-  if (st != MOEGEN_OK || (!a->rows && !a->permuted_probs)) return st;
+  if (st != MOEGEN_OK || (!a->rows && !a->permuted_probs && !a->rows_fp8)) return st;
+  long long zero_units = (long long)p->experts + (R + p->zero_chunk - 1) / p->zero_chunk;
+  if (a->rows_fp8) { /* a warp a token or zero unit; it zeroes the pad rows' probs too */
+    moegen_args_permute_rows_fp8 fp8 = {.x = a->x, .q = a->rows_fp8, .s = a->row_scales,
+                                        .row_map = a->row_map, .offsets = a->offsets,
+                                        .counts = a->counts, .pprobs = a->permuted_probs, .T = T,
+                                        .R = R, .scale_ld = (int)a->scale_ld};
+    int warps = p->fp8_threads / 32;
+    RUN(permute_rows_fp8, MOEGEN_KERNEL_PERMUTE_ROWS_FP8, (T + zero_units + warps - 1) / warps,
+        p->fp8_threads, &fp8, "permute_fwd");
+    if (st != MOEGEN_OK || !a->rows) return st;
+  }
   moegen_args_permute_rows rows = {
       .a = {a->x, a->rows, a->row_map, a->offsets, a->counts, a->permuted_probs},
       .T = T, .R = R, .nv = nv};
@@ -175,7 +218,7 @@ moegen_status moegen_permute_fwd(moegen_module *m, const moegen_permute_args *a,
    * tokens (DeepSeek-V3 T = 16384: 0.584 -> 0.565 ms for the rows kernel,
    * bench/RESULTS.md run 7). */
   int per_block = p->copy_threads / p->copy_group;
-  long long units = (long long)T + p->experts + (R + p->zero_chunk - 1) / p->zero_chunk;
+  long long units = (long long)T + zero_units;
   RUN(permute_rows, MOEGEN_KERNEL_PERMUTE_ROWS, (units + per_block - 1) / per_block,
       p->copy_threads, &rows, "permute_fwd");
   return st;

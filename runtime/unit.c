@@ -14,7 +14,7 @@
 
 const char *moegen_unit_name(moegen_unit u) {
   static const char *const names[MOEGEN_UNIT_COUNT] = {"router", "router_train", "permute", "gemm",
-                                                         "gemm_train"};
+                                                         "gemm_train", "quant"};
   return (unsigned)u < MOEGEN_UNIT_COUNT ? names[u] : "?";
 }
 

@@ -547,6 +547,39 @@ local function permute_plan()
     combine_vecs = math.max(1, COMBINE_LOADS // K),
     zero_chunk = 16,
     max_chunks = 2048,
+    -- fp8_block: the rows kernel that writes FP8 rows + 1x128 scales
+    -- (templates/permute_fp8.cu.lt), a warp a token (4 values a lane of
+    -- each 128-value tile: the tile's amax is one warp reduction)
+    fp8_threads = (ok and cfg.recipe == "fp8_block") and 256 or 0,
+  }
+end
+
+-- The precision recipe (SPEC.md 5b; config validation checked the
+-- combinations): what every FP8 template and op tests. fp8_tensorwise's
+-- gradients are E5M2 in the hybrid format (TE's HYBRID: their range needs
+-- it, the forward tensors' precision E4M3), E4M3 otherwise; fp8_block is
+-- E4M3 throughout. Power-of-two scales (fp8_block's default, as TE's
+-- Float8BlockScaling) make the dequantization exact; fp8_tensorwise's scale
+-- is FP8_MAX / amax as it is, as TE's current scaling.
+local function quant_plan()
+  local recipe = abi.recipe[cfg.recipe]
+  local hybrid = recipe == abi.recipe.fp8_tensorwise and cfg.fp8_grad_format == "hybrid"
+  local fp8, block = recipe ~= abi.recipe.bf16, recipe == abi.recipe.fp8_block
+  -- The quantize kernels (templates/quant.cu.lt) are memory-bound streams:
+  -- 256 threads a block everywhere; the weight kernel takes one 128 x 128
+  -- tile a block (64 elements a thread), the row kernel a row a warp, and
+  -- the two tensorwise kernels stride over the tensor with at most
+  -- QUANT_MAX_BLOCKS blocks (about 8 of 256 threads an SM of an H100's 132:
+  -- a full wave, and one amax atomic a block).
+  local QUANT_THREADS, QUANT_MAX_BLOCKS = 256, 1024
+  return {
+    recipe = recipe,
+    grad_format = hybrid and abi.fp8_format.e5m2 or abi.fp8_format.e4m3,
+    scale_pow2 = (block and cfg.fp8_scale == "pow2") and 1 or 0,
+    weight_threads = fp8 and QUANT_THREADS or 0,
+    rows_threads = block and QUANT_THREADS or 0,
+    tensor_threads = (fp8 and not block) and QUANT_THREADS or 0,
+    max_blocks = (fp8 and not block) and QUANT_MAX_BLOCKS or 0,
   }
 end
 
@@ -560,5 +593,5 @@ end
 local router_main = router_plan(TARGET_PER_LANE, VEC_BYTES, false)
 return {
   router = router_main, router_small = router_small_plan(router_main), router_bwd = router_bwd_plan(),
-  aux = aux_plan(), gemm = gemm_plan(), permute = permute_plan(),
+  aux = aux_plan(), gemm = gemm_plan(), permute = permute_plan(), quant = quant_plan(),
 }

@@ -27,7 +27,8 @@ typedef enum moegen_field {
   MOEGEN_F_SCORE, MOEGEN_F_PRE_SOFTMAX, MOEGEN_F_GROUPS, MOEGEN_F_GROUP_TOPK,
   MOEGEN_F_EXPERT_BIAS, MOEGEN_F_SCALING, MOEGEN_F_LOGITS_DTYPE, MOEGEN_F_DTYPE,
   MOEGEN_F_SHARED_EXPERTS, MOEGEN_F_AUX_LOSS_COEFF, MOEGEN_F_QUANTILE_BALANCING,
-  MOEGEN_F_ROUTER_BWD, MOEGEN_F_COUNT
+  MOEGEN_F_ROUTER_BWD, MOEGEN_F_RECIPE, MOEGEN_F_FP8_GRAD_FORMAT, MOEGEN_F_FP8_SCALE,
+  MOEGEN_F_COUNT
 } moegen_field;
 
 /* Where a field's value came from: a file and 1-based line (0: the file as
@@ -60,6 +61,9 @@ typedef struct moegen_config {
   bool quantile_balancing;   /* QB routing (SPEC 3): sigmoid + bias, top-(K+1) cutoff, histogram */
   moegen_router_bwd_mode router_bwd; /* saved (default, TE's): the forward saves the fp32
                               * intermediate; recompute: the backward recomputes it from the logits */
+  moegen_recipe recipe;      /* precision recipe (SPEC 5b); fp8_block needs H, F multiples of 128 */
+  moegen_fp8_grad_format fp8_grad_format; /* fp8_tensorwise only (else the default, hybrid) */
+  moegen_fp8_scale fp8_scale;             /* fp8_block only (else the default, pow2) */
   moegen_origin origin[MOEGEN_F_COUNT]; /* where each field was last set */
 } moegen_config;
 
@@ -76,7 +80,7 @@ void moegen_config_defaults(moegen_config *c);
  * keys, run in a sandbox whose environment holds only `math` (without
  * random), under memory and instruction caps. Unknown keys, wrong types and
  * malformed files are errors (EX_DATAERR, also for a name that is not UTF-8;
- * EX_CONFIG for an unknown score, dtype or router_bwd name or a name over 63 bytes or
+ * EX_CONFIG for an unknown enum value name (score, dtype, recipe, ...) or a name over 63 bytes or
  * with a control character; EX_NOINPUT if the file cannot be read). On
  * error `c` is unchanged. */
 int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err);
@@ -87,7 +91,10 @@ int moegen_config_load_lua(moegen_config *c, const char *path, moegen_error *err
  * routing moegen cannot compute exactly (phimoe, ernie4_5_moe), or a
  * file's routing keys it cannot compute (e.g. deepseek_v2's
  * group_limited_greedy unless num_experts_per_tok = topk_group), is refused
- * with EX_CONFIG and the reason. Bare NaN/Infinity are tolerated.
+ * with EX_CONFIG and the reason. A quantization_config sets the recipe:
+ * DeepSeek-V3's (quant_method "fp8", fmt "e4m3", weight_block_size
+ * [128, 128], dynamic activation scales) is fp8_block; any other is refused
+ * (EX_CONFIG, naming the key). Bare NaN/Infinity are tolerated.
  * Unknown HF keys are ignored; known keys of the wrong type are errors
  * (EX_DATAERR, like malformed JSON, a key twice in one object and an
  * unsupported model_type; EX_NOINPUT if the file cannot be read). On error
@@ -109,11 +116,14 @@ const char *const *moegen_preset_names(void);
  * the command line (recorded as the origin line). Booleans are true/false.
  * EX_USAGE without '=' or for an unknown key, EX_DATAERR for a value of the
  * wrong type or a name that is not UTF-8, EX_CONFIG for an unknown
- * score/dtype/router_bwd name or a long name. */
+ * enum value name (score, dtype, recipe, ...) or a long name. */
 int moegen_config_set(moegen_config *c, const char *assignment, int argpos, moegen_error *err);
 
 /* Checks every field and every cross-field rule (K <= E, E % groups == 0,
- * bias only with sigmoid/sqrtsoftplus, ...). Errors cite the origin of the
+ * bias only with sigmoid/sqrtsoftplus, fp8_block only with hidden and ffn
+ * multiples of 128, the FP8 recipes only with dtype bf16, a sub-key of a
+ * recipe other than its default only with that recipe: fp8_grad_format
+ * with fp8_tensorwise, fp8_scale with fp8_block, ...). Errors cite the origin of the
  * offending field. Returns 0 or EX_CONFIG / EX_DATAERR. */
 int moegen_config_validate(const moegen_config *c, moegen_error *err);
 
@@ -125,15 +135,20 @@ size_t moegen_config_to_lua(const moegen_config *c, char *buf, size_t size);
 const char *moegen_config_key_name(moegen_field f);
 
 /* The values a config key takes ("integer", "number", "true|false", "string",
- * "sigmoid|softmax|sqrtsoftplus", "fp32|bf16|fp16", "saved|recompute") and its one-line meaning,
+ * "sigmoid|softmax|sqrtsoftplus", "fp32|bf16|fp16", "bf16|fp8_tensorwise|fp8_block",
+ * ...) and its one-line meaning,
  * for help texts; NULL if f is out of range. */
 const char *moegen_config_key_type(moegen_field f);
 const char *moegen_config_key_help(moegen_field f);
 
-/* Text names for enums ("softmax", "bf16", "recompute", ...); "?" if out of range. */
+/* Text names for enums ("softmax", "bf16", "fp8_block", ...); "?" for a
+ * value that is none of the enum's. */
 const char *moegen_score_name(moegen_score s);
 const char *moegen_dtype_name(moegen_dtype d);
 const char *moegen_router_bwd_name(moegen_router_bwd_mode b);
+const char *moegen_recipe_name(moegen_recipe r);
+const char *moegen_fp8_grad_format_name(moegen_fp8_grad_format g);
+const char *moegen_fp8_scale_name(moegen_fp8_scale s);
 
 #ifdef __cplusplus
 }

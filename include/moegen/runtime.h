@@ -75,6 +75,7 @@ typedef enum moegen_unit {
   MOEGEN_UNIT_PERMUTE,      /* permute, unpermute, chunk sort */
   MOEGEN_UNIT_GEMM,         /* grouped GEMM forward (plain and with the SwiGLU epilogue) */
   MOEGEN_UNIT_GEMM_TRAIN,   /* what training adds: grouped GEMM dgrad, wgrad, SwiGLU backward */
+  MOEGEN_UNIT_QUANT,        /* FP8 quantization (recipes other than bf16): weights, rows, tensors */
   MOEGEN_UNIT_COUNT
 } moegen_unit;
 
@@ -96,7 +97,7 @@ typedef struct moegen_image {
   size_t source_size;
   const char *source_path;         /* where NAME.cu was written, or "<jit>" */
 #define MOEGEN_IMAGE_PLAN_(type, member) type member;
-  MOEGEN_IMAGE_PLANS(MOEGEN_IMAGE_PLAN_) /* router, router_small, router_bwd, aux, gemm, permute */
+  MOEGEN_IMAGE_PLANS(MOEGEN_IMAGE_PLAN_) /* router, router_small, router_bwd, aux, gemm, permute, quant */
 } moegen_image;
 
 /* ---------------------------------------------------------------- modules */
@@ -128,7 +129,7 @@ moegen_status moegen_module_load(moegen_module *m);
  * kernels of unit u. */
 moegen_status moegen_module_load_unit(moegen_module *m, moegen_unit u);
 
-/* "router", "router_train", "permute", "gemm", "gemm_train"; "?" for anything else. */
+/* "router", "router_train", "permute", "gemm", "gemm_train", "quant"; "?" for anything else. */
 const char *moegen_unit_name(moegen_unit u);
 
 void moegen_module_destroy(moegen_module *m);
@@ -579,6 +580,9 @@ typedef struct moegen_permute_shape {
   int64_t offsets[1];        /* [E + 1] int32 */
   int64_t counts[1];         /* [E]     int32 */
   size_t workspace_bytes;    /* per-tile histograms: max(1, ceil(T / tile_tokens)) * E * 4 */
+  int64_t rows_fp8[2];       /* [R, H]  e4m3 (recipe fp8_block; else [0, 0]) */
+  int64_t row_scales[2];     /* [H/128, scale_ld] fp32 (fp8_block; else [0, 0]) */
+  int64_t scale_ld;          /* the smallest scale_ld: R rounded up to a multiple of 4 (fp8_block) */
 } moegen_permute_shape;
 
 moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tokens, int align,
@@ -616,6 +620,15 @@ typedef struct moegen_permute_args {
   int32_t *num_dropped;        /* out [1] routes dropped by the capacity, or NULL */
   void *workspace;             /* scratch of moegen_permute_shape_of's size, 16-byte aligned */
   size_t workspace_bytes;
+  /* recipe fp8_block: the rows quantized as they are written (the bytes and
+   * scales moegen_quant_rows gives for rows; one read of x for both). */
+  uint8_t *rows_fp8;           /* out [R, H] e4m3, every row below R written (pad rows 0), or
+                                * NULL; needs dtype bf16 and an fp8_block module (else
+                                * NOT_SUPPORTED) */
+  float *row_scales;           /* out [H/128, scale_ld] fp32 dequant scales: row_scales[j *
+                                * scale_ld + r] of rows_fp8[r, 128j ..] (1 on pad rows; columns
+                                * r >= R left as they are); required with rows_fp8 */
+  int64_t scale_ld;            /* with rows_fp8: >= R, a multiple of 4, <= INT32_MAX */
 } moegen_permute_args;
 
 /* moe_permute (SPEC.md 4a, 4c, 4e) without a host sync: counts, offsets and
@@ -913,6 +926,104 @@ typedef struct moegen_layer_bwd_args {
  * summed with fp32 atomics, so dlogits' last bits may vary run to run. */
 moegen_status moegen_layer_bwd(moegen_module *m, const moegen_layer_bwd_args *args,
                                CUstream stream);
+
+/* ---------------------------------------------------------------- FP8 quantization
+ * Modules of the FP8 recipes (recipe fp8_block or fp8_tensorwise; SPEC.md
+ * 5b; the layouts of the FP8 GEMMs, handoff fp8-interface). Every op:
+ * bf16 in; fp8 bytes (E4M3: 448 = 0x7e, E5M2: 57344 = 0x7b) and fp32
+ * DEQUANT scales out (value ~= fp8 * scale); quant scale s = FP8_MAX / amax
+ * of the block or tensor (1 where amax = 0, FLT_MAX where that overflows),
+ * rounded down to a power of two for fp8_block with fp8_scale = pow2;
+ * values x * s rounded to nearest even and saturated to +-FP8_MAX; no host
+ * sync, graph-capturable. A module of another recipe returns NOT_SUPPORTED. */
+
+/* Sizes of moegen_quant_weight's outputs for `experts` matrices [n, k]. Pure. */
+typedef struct moegen_quant_weight_shape {
+  int64_t data[3];     /* [E, n, k] fp8 */
+  int64_t scales[3];   /* fp8_block [E, n/128, k/128] fp32; fp8_tensorwise [1, 1, 1] (scale_inv) */
+  int64_t data_t[3];   /* [E, k, n] fp8, the transposed copy */
+  int64_t scales_t[3]; /* fp8_block [E, k/128, n/128]; fp8_tensorwise [0, 0, 0] (scales serve it) */
+  int64_t amax[1];     /* fp8_tensorwise [1] fp32; fp8_block [0] */
+} moegen_quant_weight_shape;
+
+moegen_status moegen_quant_weight_shape_of(const moegen_image *image, int64_t experts, int64_t n,
+                                           int64_t k, moegen_quant_weight_shape *shape);
+
+/* Weight quantization arguments (device pointers, 16-byte aligned). */
+typedef struct moegen_quant_weight_args {
+  int64_t experts;  /* E >= 0 matrices, <= 65535; 0 does nothing (no GPU work), every pointer
+                     * may be NULL */
+  int64_t n, k;     /* each matrix [n, k] (gemm1's w1: n = 2F, k = H; w2: n = H, k = F);
+                     * 1..2^25; fp8_block: multiples of 128 */
+  const void *w;    /* in  [E, n, k] bf16 */
+  uint8_t *data;    /* out [E, n, k] e4m3 */
+  float *scales;    /* out fp8_block [E, n/128, k/128] (a scale per 128 x 128 block);
+                     * fp8_tensorwise [1] (the tensor's) */
+  uint8_t *data_t;  /* out [E, k, n] e4m3, the transposed copy dgrad reads, or NULL */
+  float *scales_t;  /* out fp8_block [E, k/128, n/128], the same blocks' scales (with data_t);
+                     * fp8_tensorwise: unused (scales[0] serves both copies) */
+  float *amax;      /* out [] fp32 fp8_tensorwise: max |w| over the whole tensor; fp8_block:
+                     * unused */
+} moegen_quant_weight_args;
+
+/* Quantizes a stack of weights, once per optimizer step or at load: every
+ * element read once, both copies written in one pass (fp8_block: one
+ * kernel; fp8_tensorwise: a memset of amax, the amax kernel, then the
+ * quantize kernel reading amax on the device). Buffer contract: reads w;
+ * writes every element of data, scales, data_t, scales_t and amax it uses. */
+moegen_status moegen_quant_weight(moegen_module *m, const moegen_quant_weight_args *args,
+                                  CUstream stream);
+
+/* Sizes of moegen_quant_rows' outputs for x [rows, cols]. Pure. */
+typedef struct moegen_quant_rows_shape {
+  int64_t data[2];   /* [rows, cols] e4m3 */
+  int64_t scales[2]; /* [cols/128, scale_ld] fp32 */
+  int64_t scale_ld;  /* the smallest scale_ld: rows rounded up to a multiple of 4 */
+} moegen_quant_rows_shape;
+
+moegen_status moegen_quant_rows_shape_of(const moegen_image *image, int64_t rows, int64_t cols,
+                                         moegen_quant_rows_shape *shape);
+
+/* 1 x 128 row quantization arguments (device pointers, 16-byte aligned). */
+typedef struct moegen_quant_rows_args {
+  int64_t rows;      /* M >= 0, <= INT32_MAX; 0 does nothing (no GPU work), every pointer may
+                      * be NULL */
+  int64_t cols;      /* K > 0, a multiple of 128, rows * cols < 2^62 */
+  const void *x;     /* in  [M, K] bf16 */
+  uint8_t *data;     /* out [M, K] e4m3 */
+  float *scales;     /* out [K/128, scale_ld] fp32: scales[j * scale_ld + r] of x[r, 128j ..] */
+  int64_t scale_ld;  /* >= M, a multiple of 4 (16-byte rows for TMA), <= INT32_MAX */
+} moegen_quant_rows_args;
+
+/* fp8_block's activation / gradient quantization: an E4M3 scale per 128
+ * consecutive values of a row (TE's rowwise 1x128 layout). A standalone
+ * pass, one kernel: for tests, and the fallback where the quantization is
+ * not fused into the kernel that writes the tensor: moegen_permute_fwd has
+ * it (rows_fp8); the SwiGLU epilogue and the backward's dY readers do not
+ * yet. Buffer contract: reads x; writes
+ * every element of data and scales[j * scale_ld + r] for r < M (the
+ * padding columns r >= M are left as they are). */
+moegen_status moegen_quant_rows(moegen_module *m, const moegen_quant_rows_args *args,
+                                CUstream stream);
+
+/* fp8_tensorwise quantization arguments (device pointers, 16-byte aligned). */
+typedef struct moegen_quant_tensor_args {
+  int64_t n;                /* elements >= 0; 0 does nothing (no GPU work, amax and scale_inv
+                             * not written), every pointer may be NULL */
+  const void *x;            /* in  [n] bf16 (any shape, contiguous) */
+  uint8_t *data;            /* out [n] in `format` */
+  moegen_fp8_format format; /* e4m3, or e5m2 (the hybrid format's gradients: the
+                             * module's plan quant.grad_format says which) */
+  float *amax;              /* out [] fp32 max |x| */
+  float *scale_inv;         /* out [] fp32 the dequant scale */
+} moegen_quant_tensor_args;
+
+/* fp8_tensorwise's per-call quantization (TE current scaling): a memset of
+ * amax, the amax reduction, then the quantize kernel that reads amax on the
+ * device (two kernels, no host sync). Buffer contract: reads x; writes
+ * every element of data, amax and scale_inv. */
+moegen_status moegen_quant_tensor(moegen_module *m, const moegen_quant_tensor_args *args,
+                                  CUstream stream);
 
 #ifdef __cplusplus
 }

@@ -2,9 +2,11 @@
  * the templates share. Each list is declared once here, as an X-macro, and
  * everything else derives from it: the C enums below, the names the config
  * parser and help texts use (gen/config.c), and the `abi` table the Lua
- * sandbox gives plan.lua and the templates (gen/sandbox.c: abi.dtype.bf16,
+ * sandbox gives plan.lua and the templates (gen/abi.c: abi.dtype.bf16,
  * abi.score.softmax, abi.index_dtype.int16, abi.count_dtype.bf16,
- * abi.router_bwd.recompute, abi.limits.max_experts), so no template or plan
+ * abi.router_bwd.recompute, abi.recipe.fp8_block, abi.fp8_grad_format.hybrid,
+ * abi.fp8_scale.pow2, abi.fp8_format.e5m2, abi.fp8_max.e4m3,
+ * abi.limits.max_experts), so no template or plan
  * restates a number. */
 #ifndef MOEGEN_TYPES_H
 #define MOEGEN_TYPES_H
@@ -37,6 +39,28 @@ extern "C" {
  * state from the logits the forward took (and the routing). */
 #define MOEGEN_ROUTER_BWDS(X) X(SAVED, saved, 0) X(RECOMPUTE, recompute, 1)
 
+/* Precision recipes (config key recipe; SPEC.md 5b): X(ENUM, name, value).
+ * bf16: bf16 activations and weights throughout. fp8_tensorwise: TE's
+ * current scaling, one scale per tensor from its amax on the device each
+ * call. fp8_block: DeepSeek-V3 / TE Float8BlockScaling, E4M3 with an fp32
+ * scale per 1 x 128 tile of an activation or gradient row and per 128 x 128
+ * block of a weight. */
+#define MOEGEN_RECIPES(X) X(BF16, bf16, 0) X(FP8_TENSORWISE, fp8_tensorwise, 1) X(FP8_BLOCK, fp8_block, 2)
+
+/* FP8 element formats: X(ENUM, name, value, max), max = the largest
+ * finite value (quantization saturates to +-max). */
+#define MOEGEN_FP8_FORMATS(X) X(E4M3, e4m3, 0, 448) X(E5M2, e5m2, 1, 57344)
+
+/* fp8_tensorwise's gradient format (config key fp8_grad_format), as TE's
+ * Format: X(ENUM, name, value). hybrid: E4M3 forward tensors, E5M2
+ * gradients; e4m3: E4M3 everywhere. */
+#define MOEGEN_FP8_GRAD_FORMATS(X) X(HYBRID, hybrid, 0) X(E4M3, e4m3, 1)
+
+/* fp8_block's scales (config key fp8_scale): X(ENUM, name, value). pow2:
+ * the quant scale FP8_MAX / amax rounded down to a power of two (its fp32
+ * mantissa cleared); fp32: that quotient as it is. */
+#define MOEGEN_FP8_SCALES(X) X(POW2, pow2, 0) X(FP32, fp32, 1)
+
 /* Hard limits of the generated kernels (checked by config validation):
  * X(ENUM, name, value). The router kernels lay a token's experts over the
  * lanes of one warp, at most max_experts_per_lane a lane (they live in
@@ -50,7 +74,8 @@ extern "C" {
   X(MAX_TOPK, max_topk, 32)                      \
   X(MAX_GROUPS, max_groups, 32) /* groups > 1 map to lanes of one warp */ \
   X(MAX_EXPERTS_PER_LANE, max_experts_per_lane, 64)                     \
-  X(MAX_DIM, max_dim, 16777216) /* hidden, ffn: see below */
+  X(MAX_DIM, max_dim, 16777216) /* hidden, ffn: see below */ \
+  X(FP8_BLOCK, fp8_block, 128) /* fp8_block's tile: 1 x 128 of a row, 128 x 128 of a weight */
 
 #define MOEGEN_DTYPE_ENUM_(e, name, value, bytes) MOEGEN_DTYPE_##e = value,
 typedef enum moegen_dtype { MOEGEN_DTYPES(MOEGEN_DTYPE_ENUM_) } moegen_dtype;
@@ -72,6 +97,22 @@ typedef enum moegen_count_dtype { MOEGEN_COUNT_DTYPES(MOEGEN_COUNT_ENUM_) } moeg
 typedef enum moegen_router_bwd_mode { MOEGEN_ROUTER_BWDS(MOEGEN_ROUTER_BWD_ENUM_) } moegen_router_bwd_mode;
 #undef MOEGEN_ROUTER_BWD_ENUM_
 
+#define MOEGEN_RECIPE_ENUM_(e, name, value) MOEGEN_RECIPE_##e = value,
+typedef enum moegen_recipe { MOEGEN_RECIPES(MOEGEN_RECIPE_ENUM_) } moegen_recipe;
+#undef MOEGEN_RECIPE_ENUM_
+
+#define MOEGEN_FP8_FORMAT_ENUM_(e, name, value, max) MOEGEN_FP8_##e = value,
+typedef enum moegen_fp8_format { MOEGEN_FP8_FORMATS(MOEGEN_FP8_FORMAT_ENUM_) } moegen_fp8_format;
+#undef MOEGEN_FP8_FORMAT_ENUM_
+
+#define MOEGEN_FP8_GRAD_ENUM_(e, name, value) MOEGEN_FP8_GRAD_##e = value,
+typedef enum moegen_fp8_grad_format { MOEGEN_FP8_GRAD_FORMATS(MOEGEN_FP8_GRAD_ENUM_) } moegen_fp8_grad_format;
+#undef MOEGEN_FP8_GRAD_ENUM_
+
+#define MOEGEN_FP8_SCALE_ENUM_(e, name, value) MOEGEN_FP8_SCALE_##e = value,
+typedef enum moegen_fp8_scale { MOEGEN_FP8_SCALES(MOEGEN_FP8_SCALE_ENUM_) } moegen_fp8_scale;
+#undef MOEGEN_FP8_SCALE_ENUM_
+
 #define MOEGEN_LIMIT_ENUM_(e, name, value) MOEGEN_##e = value,
 enum { MOEGEN_LIMITS(MOEGEN_LIMIT_ENUM_) };
 #undef MOEGEN_LIMIT_ENUM_
@@ -87,6 +128,14 @@ static inline int moegen_dtype_size(int d) {
 #define MOEGEN_DTYPE_SIZE_(e, name, value, bytes) if (d == value) return bytes;
   MOEGEN_DTYPES(MOEGEN_DTYPE_SIZE_)
 #undef MOEGEN_DTYPE_SIZE_
+  return 0;
+}
+
+/* Largest finite value of FP8 format f; 0 if f is no moegen_fp8_format. */
+static inline int moegen_fp8_max(int f) {
+#define MOEGEN_FP8_MAX_(e, name, value, max) if (f == value) return max;
+  MOEGEN_FP8_FORMATS(MOEGEN_FP8_MAX_)
+#undef MOEGEN_FP8_MAX_
   return 0;
 }
 

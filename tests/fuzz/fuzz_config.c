@@ -93,7 +93,9 @@ static bool same_values(const moegen_config *a, const moegen_config *b) {
          a->logits_dtype == b->logits_dtype && a->dtype == b->dtype &&
          a->shared_experts == b->shared_experts &&
          memcmp(&a->aux_loss_coeff, &b->aux_loss_coeff, sizeof a->aux_loss_coeff) == 0 &&
-         a->quantile_balancing == b->quantile_balancing && a->router_bwd == b->router_bwd;
+         a->quantile_balancing == b->quantile_balancing && a->router_bwd == b->router_bwd &&
+         a->recipe == b->recipe && a->fp8_grad_format == b->fp8_grad_format &&
+         a->fp8_scale == b->fp8_scale;
 }
 
 /* The config as Lua text (moegen_config_to_lua), malloc'd; checks that the

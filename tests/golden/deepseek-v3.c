@@ -1,6 +1,6 @@
 /* The image: what moegen_module_create needs (moegen/abi.def lists its plan fields). */
 const moegen_image golden_image = {
-  .abi_version = 11, /* MOEGEN_RT_ABI_VERSION of the generator */
+  .abi_version = 14, /* MOEGEN_RT_ABI_VERSION of the generator */
   .name = "golden",
   .arch = "sm_90a",
   .config_lua = golden_config_lua,
@@ -152,4 +152,12 @@ const moegen_image golden_image = {
   .permute.gather_min_blocks = 3,
   .permute.zero_chunk = 16,
   .permute.max_chunks = 2048,
+  .permute.fp8_threads = 0,
+  .quant.recipe = 0,
+  .quant.grad_format = 0,
+  .quant.scale_pow2 = 0,
+  .quant.weight_threads = 0,
+  .quant.rows_threads = 0,
+  .quant.tensor_threads = 0,
+  .quant.max_blocks = 0,
 };

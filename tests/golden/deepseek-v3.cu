@@ -18,6 +18,9 @@
 //     aux_loss_coeff = 0.001,
 //     quantile_balancing = false,
 //     router_bwd = "saved",
+//     recipe = "bf16",
+//     fp8_grad_format = "hybrid",
+//     fp8_scale = "pow2",
 //   }
 //
 // Self-contained: compile with nvcc -cubin -gencode=arch=compute_XX,code=sm_XX

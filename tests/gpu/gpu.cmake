@@ -22,6 +22,11 @@ foreach(t gemm gemm_bwd layer gemm_cublas)
   target_compile_definitions(test_${t}_portable_gpu PRIVATE MOEGEN_TEST_PORTABLE_BUILD=1)
   set_tests_properties(test_${t}_portable_gpu PROPERTIES TIMEOUT 900)
 endforeach()
+# The FP8 quantize ops (recipes fp8_block, fp8_tensorwise), also rendered
+# for the device's arch without the 'a' (test_quant_portable_gpu).
+moegen_add_test(test_quant_gpu SOURCES gpu/test_quant.c LABELS gpu)
+moegen_add_test(test_quant_portable_gpu SOURCES gpu/test_quant.c LABELS gpu ENV MOEGEN_TEST_PORTABLE=1)
+target_compile_definitions(test_quant_portable_gpu PRIVATE MOEGEN_TEST_PORTABLE_BUILD=1)
 moegen_add_test(test_permute_gpu SOURCES gpu/test_permute.c LABELS gpu)
 set_tests_properties(test_permute_gpu PROPERTIES TIMEOUT 600)
 moegen_add_test(test_layer_gpu SOURCES gpu/test_layer.c LABELS gpu)

@@ -125,46 +125,46 @@ moegen_hf_print_test(cli_config_hf_deepseek_v2_lite deepseek-v2-lite
   [[score = "softmax"]] [[pre_softmax = true]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
   [[shared_experts = 2]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]]
-  [[router_bwd = "saved"]])
+  [[router_bwd = "saved"]] [[recipe = "bf16"]] [[fp8_grad_format = "hybrid"]] [[fp8_scale = "pow2"]])
 moegen_hf_print_test(cli_config_hf_glm_4_5_air glm-4.5-air
   [[name = "glm-4.5-air"]] [[experts = 128]] [[topk = 8]] [[hidden = 4096]] [[ffn = 1408]]
   [[score = "sigmoid"]] [[pre_softmax = false]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = true]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
   [[shared_experts = 1]] [[aux_loss_coeff = 0.0]] [[quantile_balancing = false]]
-  [[router_bwd = "saved"]])
+  [[router_bwd = "saved"]] [[recipe = "bf16"]] [[fp8_grad_format = "hybrid"]] [[fp8_scale = "pow2"]])
 moegen_hf_print_test(cli_config_hf_qwen2_57b_a14b qwen2-57b-a14b
   [[name = "qwen2-57b-a14b"]] [[experts = 64]] [[topk = 8]] [[hidden = 3584]] [[ffn = 2560]]
   [[score = "softmax"]] [[pre_softmax = true]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
   [[shared_experts = 1]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]]
-  [[router_bwd = "saved"]])
+  [[router_bwd = "saved"]] [[recipe = "bf16"]] [[fp8_grad_format = "hybrid"]] [[fp8_scale = "pow2"]])
 moegen_hf_print_test(cli_config_hf_olmoe_1b_7b olmoe-1b-7b-0924
   [[name = "olmoe-1b-7b-0924"]] [[experts = 64]] [[topk = 8]] [[hidden = 2048]] [[ffn = 1024]]
   [[score = "softmax"]] [[pre_softmax = true]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
   [[shared_experts = 0]] [[aux_loss_coeff = 0.01]] [[quantile_balancing = false]]
-  [[router_bwd = "saved"]])
+  [[router_bwd = "saved"]] [[recipe = "bf16"]] [[fp8_grad_format = "hybrid"]] [[fp8_scale = "pow2"]])
 moegen_hf_print_test(cli_config_hf_granite_1b_a400m granite-3.0-1b-a400m-instruct
   [[name = "granite-3.0-1b-a400m-instruct"]] [[experts = 32]] [[topk = 8]] [[hidden = 1024]]
   [[ffn = 512]] [[score = "softmax"]] [[pre_softmax = false]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
   [[shared_experts = 0]] [[aux_loss_coeff = 0.0]] [[quantile_balancing = false]]
-  [[router_bwd = "saved"]])
+  [[router_bwd = "saved"]] [[recipe = "bf16"]] [[fp8_grad_format = "hybrid"]] [[fp8_scale = "pow2"]])
 moegen_hf_print_test(cli_config_hf_llama4_scout llama4-scout
   [[name = "llama4-scout"]] [[experts = 16]] [[topk = 1]] [[hidden = 5120]] [[ffn = 8192]]
   [[score = "sigmoid"]] [[pre_softmax = false]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
   [[shared_experts = 1]] [[aux_loss_coeff = 0.001]] [[quantile_balancing = false]]
-  [[router_bwd = "saved"]])
+  [[router_bwd = "saved"]] [[recipe = "bf16"]] [[fp8_grad_format = "hybrid"]] [[fp8_scale = "pow2"]])
 moegen_hf_print_test(cli_config_hf_dbrx_instruct dbrx-instruct
   [[name = "dbrx-instruct"]] [[experts = 16]] [[topk = 4]] [[hidden = 6144]] [[ffn = 10752]]
   [[score = "softmax"]] [[pre_softmax = false]] [[groups = 0]] [[group_topk = 0]]
   [[expert_bias = false]] [[scaling = 1.0]] [[logits_dtype = "bf16"]] [[dtype = "bf16"]]
   [[shared_experts = 0]] [[aux_loss_coeff = 0.0]] [[quantile_balancing = false]]
-  [[router_bwd = "saved"]])
+  [[router_bwd = "saved"]] [[recipe = "bf16"]] [[fp8_grad_format = "hybrid"]] [[fp8_scale = "pow2"]])
 # router_bwd: the mode --print-config prints, and a name it does not know.
 moegen_cli_test(cli_config_router_bwd RC 0 ARGS --print-config --preset mixtral-8x7b
-  --set router_bwd=recompute OUT "\n  quantile_balancing = false,\n  router_bwd = \"recompute\",\n}\n$")
+  --set router_bwd=recompute OUT "\n  quantile_balancing = false,\n  router_bwd = \"recompute\",\n  recipe = \"bf16\",\n")
 moegen_cli_test(cli_config_router_bwd_unknown RC 78 ARGS --print-config --preset mixtral-8x7b
   --set router_bwd=recomputed
   ERR "^moegen: command-line argument 5: router_bwd: unknown router backward mode \"recomputed\" \\(expected saved\\|recompute\\)\n$")
@@ -172,6 +172,13 @@ moegen_cli_test(cli_config_router_bwd_unknown RC 78 ARGS --print-config --preset
 moegen_cli_test(cli_config_hf_deepseek_v2 RC 78 ARGS --print-config
   --hf-config ${MOEGEN_MODELS_DIR}/deepseek-v2.json
   ERR "^moegen: [^\n]*/deepseek-v2\\.json:22: topk_method: group_limited_greedy with num_experts_per_tok 6 and topk_group 3 is not supported: deepseek_v2 scores an expert group by its best score, moegen \\(like TE\\) by the sum of its best num_experts_per_tok/topk_group = 2; they select the same experts only when num_experts_per_tok = topk_group\n$")
+# DeepSeek-V3's quantization_config (block FP8) sets recipe fp8_block; the preset stays bf16.
+moegen_cli_test(cli_config_hf_deepseek_v3_fp8 RC 0 ARGS --print-config
+  --hf-config ${MOEGEN_MODELS_DIR}/deepseek-v3.json
+  OUT "\n  recipe = \"fp8_block\",\n  fp8_grad_format = \"hybrid\",\n  fp8_scale = \"pow2\",\n}\n$")
+moegen_cli_test(cli_config_fp8_block_dims RC 78 ARGS --print-config --preset gpt-oss-120b
+  --set recipe=fp8_block
+  ERR "^moegen: <preset gpt-oss-120b>: hidden: 2880 is not a multiple of 128, which recipe = \"fp8_block\" \\(set by command-line argument 5\\) needs")
 moegen_cli_test(cli_config_hf_phimoe RC 78 ARGS --print-config
   --hf-config ${MOEGEN_MODELS_DIR}/phi-3.5-moe-instruct.json
   ERR "^moegen: [^\n]*/phi-3\\.5-moe-instruct\\.json:8: model_type: \"phimoe\" is not supported: it routes with sparsemixer: [^\n]*\n$")

@@ -5,7 +5,9 @@
  *  - NaN/Infinity in HF files, malformed JSON and Lua, wrong types, unknown
  *    keys and sandbox limits give FILE:LINE messages and the right code;
  *  - every validation rule rejects, naming the field and its FILE:LINE;
- *  - key=value overrides; to_lua -> load_lua round trips.
+ *  - key=value overrides; to_lua -> load_lua round trips;
+ *  - the precision recipe: its sub-keys, its validation rules and the HF
+ *    quantization_config that sets it (test_recipe). 
  * Environment: MOEGEN_SOURCE_DIR (fixtures in tests/unit/configs, the models'
  * config.json copies in tests/data/models). Optional argument: the moegen binary,
  * whose --help must list every config key. */
@@ -55,6 +57,10 @@ static int same_values(const moegen_config *a, const moegen_config *b, const cha
   else if (a->shared_experts != b->shared_experts) bad = "shared_experts";
   else if (memcmp(&a->aux_loss_coeff, &b->aux_loss_coeff, sizeof(double)) != 0)
     bad = "aux_loss_coeff";
+  else if (a->quantile_balancing != b->quantile_balancing) bad = "quantile_balancing";
+  else if (a->recipe != b->recipe) bad = "recipe";
+  else if (a->fp8_grad_format != b->fp8_grad_format) bad = "fp8_grad_format";
+  else if (a->fp8_scale != b->fp8_scale) bad = "fp8_scale";
   else if (a->router_bwd != b->router_bwd) bad = "router_bwd";
   CHECK(!bad, "%s: %s differs", what, bad);
   return !bad;
@@ -118,6 +124,9 @@ static void test_presets(void) {
     CHECK(moegen_config_validate(&c, &err) == 0, "preset %s: %s", *p, err.msg);
     CHECK(strcmp(c.name, *p) == 0, "preset %s names itself %s", *p, c.name);
     CHECK(c.logits_dtype == MOEGEN_DTYPE_BF16 && c.dtype == MOEGEN_DTYPE_BF16, "%s dtypes", *p);
+    CHECK(c.recipe == MOEGEN_RECIPE_BF16 && c.fp8_grad_format == MOEGEN_FP8_GRAD_HYBRID &&
+              c.fp8_scale == MOEGEN_FP8_SCALE_POW2,
+          "%s recipe", *p);
     char want[300];
     snprintf(want, sizeof want, "<preset %s>", *p);
     for (int f = 0; f < MOEGEN_F_COUNT; f++)
@@ -133,7 +142,9 @@ static void test_presets(void) {
 
 /* ---------------------------------------------------------------- HF config.json */
 
-/* Every preset equals what its model's config.json loads to. */
+/* Every preset equals what its model's config.json loads to, but for the
+ * recipe of DeepSeek-V3's file (its quantization_config: fp8_block; the
+ * preset is the bf16 layer). */
 static void test_hf_models(void) {
   for (const char *const *p = moegen_preset_names(); *p; p++) {
     char path[4500];
@@ -145,6 +156,12 @@ static void test_hf_models(void) {
     int rc = moegen_config_load_hf(&got, path, &err);
     CHECK(rc == 0, "%s: %s", path, err.msg);
     if (rc) continue;
+    if (strcmp(*p, "deepseek-v3") == 0) {
+      CHECK(got.recipe == MOEGEN_RECIPE_FP8_BLOCK, "%s: recipe %d", path, (int)got.recipe);
+      CHECK(got.origin[MOEGEN_F_RECIPE].line == 24, "%s: recipe line %d", path,
+            got.origin[MOEGEN_F_RECIPE].line);
+      want.recipe = MOEGEN_RECIPE_FP8_BLOCK;
+    }
     same_values(&got, &want, *p);
     CHECK(moegen_config_validate(&got, &err) == 0, "%s: %s", path, err.msg);
     CHECK(strcmp(got.origin[MOEGEN_F_EXPERTS].file, path) == 0 &&
@@ -722,6 +739,34 @@ static const bad_case bad_cases[] = {
      "8: quantile_balancing: does not take group-limited routing (groups = 8, group_topk = 4)"},
     {"quantile_balancing = true, experts = 8,\n", EX_CONFIG,
      "8: quantile_balancing: needs topk < experts (it selects topk + 1; topk = 8, experts = 8)"},
+    /* the precision recipe (base: H = F = 128) */
+    {"recipe = \"fp8\",\n", EX_CONFIG,
+     "8: recipe: unknown recipe \"fp8\" (expected bf16|fp8_tensorwise|fp8_block)"},
+    {"recipe = 1,\n", EX_DATAERR, "8: recipe: expected a string, got 1"},
+    {"fp8_grad_format = \"e5m2\",\n", EX_CONFIG,
+     "8: fp8_grad_format: unknown gradient format \"e5m2\" (expected hybrid|e4m3)"},
+    {"fp8_scale = \"ue8m0\",\n", EX_CONFIG,
+     "8: fp8_scale: unknown scale format \"ue8m0\" (expected pow2|fp32)"},
+    {"recipe = \"fp8_block\", hidden = 192,\n", EX_CONFIG,
+     "8: hidden: 192 is not a multiple of 128, which recipe = \"fp8_block\" (set at "},
+    {"recipe = \"fp8_block\",\nffn = 2880,\n", EX_CONFIG,
+     "9: ffn: 2880 is not a multiple of 128, which recipe = \"fp8_block\" (set at "},
+    {"recipe = \"fp8_block\", dtype = \"fp16\",\n", EX_CONFIG,
+     "8: dtype: must be \"bf16\" with recipe = \"fp8_block\" (set at "},
+    {"recipe = \"fp8_tensorwise\", dtype = \"fp16\",\n", EX_CONFIG,
+     "8: dtype: must be \"bf16\" with recipe = \"fp8_tensorwise\""},
+    {"fp8_grad_format = \"e4m3\",\n", EX_CONFIG,
+     "8: fp8_grad_format: \"e4m3\" only applies to recipe = \"fp8_tensorwise\" (recipe is "
+     "\"bf16\"); leave it at \"hybrid\""},
+    {"recipe = \"fp8_block\",\nfp8_grad_format = \"e4m3\",\n", EX_CONFIG,
+     "9: fp8_grad_format: \"e4m3\" only applies to recipe = \"fp8_tensorwise\" (recipe is "
+     "\"fp8_block\" (set at "},
+    {"fp8_scale = \"fp32\",\n", EX_CONFIG,
+     "8: fp8_scale: \"fp32\" only applies to recipe = \"fp8_block\" (recipe is \"bf16\"); "
+     "leave it at \"pow2\""},
+    {"recipe = \"fp8_tensorwise\",\nfp8_scale = \"fp32\",\n", EX_CONFIG,
+     "9: fp8_scale: \"fp32\" only applies to recipe = \"fp8_block\" (recipe is "
+     "\"fp8_tensorwise\" (set at "},
 };
 
 static void test_validation(void) {
@@ -901,6 +946,106 @@ static void test_to_lua(void) {
         "kimi-k2 text:\n%s", full);
 }
 
+/* ---------------------------------------------------------------- the recipe */
+
+/* What each recipe accepts, the enum checks, the abi names, and the
+ * quantization_config of a Hugging Face file. */
+static void test_recipe(void) {
+  moegen_config c;
+  moegen_error err = {0};
+  CHECK(strcmp(moegen_recipe_name(MOEGEN_RECIPE_FP8_TENSORWISE), "fp8_tensorwise") == 0 &&
+            strcmp(moegen_fp8_grad_format_name(MOEGEN_FP8_GRAD_E4M3), "e4m3") == 0 &&
+            strcmp(moegen_fp8_scale_name(MOEGEN_FP8_SCALE_FP32), "fp32") == 0 &&
+            strcmp(moegen_recipe_name((moegen_recipe)3), "?") == 0,
+        "recipe names");
+  CHECK(strcmp(moegen_config_key_type(MOEGEN_F_RECIPE), "bf16|fp8_tensorwise|fp8_block") == 0 &&
+            strcmp(moegen_config_key_type(MOEGEN_F_FP8_GRAD_FORMAT), "hybrid|e4m3") == 0 &&
+            strcmp(moegen_config_key_type(MOEGEN_F_FP8_SCALE), "pow2|fp32") == 0,
+        "recipe key types");
+  CHECK(moegen_fp8_max(MOEGEN_FP8_E4M3) == 448 && moegen_fp8_max(MOEGEN_FP8_E5M2) == 57344 &&
+            moegen_fp8_max(2) == 0,
+        "fp8 max");
+  /* accepted: each recipe with the sub-keys that apply to it, at any value */
+  static const char *const good[][3] = {
+      {"recipe=fp8_tensorwise", "fp8_grad_format=e4m3", "fp8_scale=pow2"},
+      {"recipe=fp8_tensorwise", "fp8_grad_format=hybrid", "fp8_scale=pow2"},
+      {"recipe=fp8_block", "fp8_grad_format=hybrid", "fp8_scale=fp32"},
+      {"recipe=fp8_block", "fp8_grad_format=hybrid", "fp8_scale=pow2"},
+      {"recipe=bf16", "fp8_grad_format=hybrid", "fp8_scale=pow2"}};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    preset(&c, "deepseek-v3");
+    for (int j = 0; j < 3; j++)
+      CHECK(moegen_config_set(&c, good[i][j], j + 1, &err) == 0, "%s: %s", good[i][j], err.msg);
+    CHECK(moegen_config_validate(&c, &err) == 0, "%s %s %s: %s", good[i][0], good[i][1],
+          good[i][2], err.msg);
+    round_trip(&c, good[i][0]);
+  }
+  CHECK(c.recipe == MOEGEN_RECIPE_BF16, "recipe=bf16 sets bf16");
+  preset(&c, "gpt-oss-120b"); /* H = F = 2880: tensorwise takes it, fp8_block does not */
+  CHECK(moegen_config_set(&c, "recipe=fp8_tensorwise", 1, &err) == 0 &&
+            moegen_config_validate(&c, &err) == 0,
+        "gpt-oss fp8_tensorwise: %s", err.msg);
+  CHECK(moegen_config_set(&c, "recipe=fp8_block", 4, &err) == 0, "%s", err.msg);
+  expect_error(moegen_config_validate(&c, &err), &err, EX_CONFIG,
+               "<preset gpt-oss-120b>: hidden: 2880 is not a multiple of 128, which recipe = "
+               "\"fp8_block\" (set by command-line argument 4) needs (its 1x128 row tiles and "
+               "128x128 weight blocks)",
+               "gpt-oss fp8_block");
+  expect_error(moegen_config_set(&c, "recipe=FP8_BLOCK", 5, &err), &err, EX_CONFIG,
+               "command-line argument 5: recipe: unknown recipe \"FP8_BLOCK\"", "recipe case");
+  c.recipe = (moegen_recipe)3;
+  expect_error(moegen_config_validate(&c, &err), &err, EX_DATAERR, "recipe: invalid enum value 3",
+               "bad recipe enum");
+  preset(&c, "qwen3-30b-a3b");
+  c.fp8_scale = (moegen_fp8_scale)-1;
+  expect_error(moegen_config_validate(&c, &err), &err, EX_DATAERR,
+               "fp8_scale: invalid enum value -1", "bad scale enum");
+
+  /* Hugging Face quantization_config */
+  static const char head[] = "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 1024,\n"
+                             "\"moe_intermediate_size\": 256,\n";
+  char text[1024];
+  snprintf(text, sizeof text, "%s\"quantization_config\": {\"quant_method\": \"fp8\",\n"
+           "\"weight_block_size\": [128, 128]}}\n", head);
+  CHECK(load_hf_text(&c, text, &err) == 0 && c.recipe == MOEGEN_RECIPE_FP8_BLOCK &&
+            c.origin[MOEGEN_F_RECIPE].line == 3,
+        "fp8 without fmt: %s (recipe %d)", err.msg, (int)c.recipe);
+  snprintf(text, sizeof text, "%s\"quantization_config\": null}\n", head);
+  CHECK(load_hf_text(&c, text, &err) == 0 && c.recipe == MOEGEN_RECIPE_BF16, "null: %s", err.msg);
+  static const struct {
+    const char *q;
+    int code;
+    const char *want;
+  } bad[] = {
+      {"{\"quant_method\": \"awq\", \"bits\": 4}", EX_CONFIG,
+       "%s:3: quant_method: \"awq\" is not supported: moegen reads DeepSeek-V3's block FP8 only: "
+       "quant_method \"fp8\", fmt \"e4m3\", weight_block_size [128, 128], activation_scheme "
+       "\"dynamic\" (recipe fp8_block)"},
+      {"{\"bits\": 4}", EX_CONFIG, "%s:3: quantization_config: has no quant_method; moegen reads"},
+      {"{\"quant_method\": \"fp8\", \"fmt\": \"e5m2\", \"weight_block_size\": [128, 128]}",
+       EX_CONFIG, "%s:3: fmt: \"e5m2\" is not supported"},
+      {"{\"quant_method\": \"fp8\", \"activation_scheme\": \"static\",\n"
+       "\"weight_block_size\": [128, 128]}",
+       EX_CONFIG, "%s:3: activation_scheme: \"static\" is not supported (fp8_block computes"},
+      {"{\"quant_method\": \"fp8\"}", EX_CONFIG,
+       "%s:3: quantization_config: has no weight_block_size (a per-tensor FP8 checkpoint)"},
+      {"{\"quant_method\": \"fp8\",\n\"weight_block_size\": [64, 64]}", EX_CONFIG,
+       "%s:4: weight_block_size: is not supported: moegen reads"},
+      {"{\"quant_method\": \"fp8\",\n\"weight_block_size\": [128, 128, 1]}", EX_CONFIG,
+       "%s:4: weight_block_size: is not supported"},
+      {"{\"quant_method\": \"fp8\",\n\"weight_block_size\": [128, \"128\"]}", EX_DATAERR,
+       "%s:4: weight_block_size: expected an array of integers, got a string"},
+      {"{\"quant_method\": \"fp8\",\n\"weight_block_size\": 128}", EX_DATAERR,
+       "%s:4: weight_block_size: expected an array, got an integer"},
+      {"{\"quant_method\": 8}", EX_DATAERR, "%s:3: quant_method: expected a string, got an integer"},
+      {"\"fp8\"", EX_DATAERR, "%s:3: quantization_config: expected an object, got a string"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(text, sizeof text, "%s\"quantization_config\": %s}\n", head, bad[i].q);
+    expect_hf_error(NULL, text, bad[i].code, bad[i].want, bad[i].q);
+  }
+}
+
 /* ---------------------------------------------------------------- --help */
 
 /* Whether word is in text as a list item: after a space, before ',', ' ',
@@ -959,6 +1104,7 @@ int main(int argc, char **argv) {
   test_validation();
   test_set();
   test_to_lua();
+  test_recipe();
   if (argc > 1) test_help(argv[1]);
   return check_result("test_config");
 }

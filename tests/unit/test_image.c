@@ -179,16 +179,23 @@ static const moegen_image *aot_image(const moegen_config *c, const char *arch, c
   return img;
 }
 
-static void compare_preset(const char *preset, const char *arch, const char *dir, int *planted) {
+/* The preset with the overrides `sets` (NULL-terminated, or NULL) for
+ * arch: its AOT and JIT images must agree; variant names the overrides in
+ * the module name. */
+static void compare_config(const char *preset, const char *const *sets, const char *variant,
+                           const char *arch, const char *dir, int *planted,
+                           const moegen_quant_plan *want_quant) {
   moegen_config c;
   moegen_error err = {0};
   moegen_config_defaults(&c);
-  if (moegen_config_preset(&c, preset, &err) || moegen_config_validate(&c, &err)) {
+  int rc = moegen_config_preset(&c, preset, &err);
+  for (int i = 0; !rc && sets && sets[i]; i++) rc = moegen_config_set(&c, sets[i], i + 1, &err);
+  if (rc || moegen_config_validate(&c, &err)) {
     CHECK(0, "%s: %s", preset, err.msg);
     return;
   }
   char name[96];
-  snprintf(name, sizeof name, "%s_%s", preset, arch);
+  snprintf(name, sizeof name, "%s_%s%s", preset, arch, variant);
   for (char *p = name; *p; p++)
     if (*p == '-') *p = '_';
   void *lib;
@@ -204,8 +211,14 @@ static void compare_preset(const char *preset, const char *arch, const char *dir
       guard_check(jit);
       *planted = 1;
     }
-    if (!strcmp(arch, "sm_90a") || (!strcmp(arch, "sm_80") && !strcmp(preset, "deepseek-v3")))
+    if (!sets && (!strcmp(arch, "sm_90a") || (!strcmp(arch, "sm_80") && !strcmp(preset, "deepseek-v3"))))
       kernel_selection(jit, dir, name);
+    CHECK(jit->quant.recipe == want_quant->recipe &&
+              jit->quant.grad_format == want_quant->grad_format &&
+              jit->quant.scale_pow2 == want_quant->scale_pow2,
+          "%s %s%s: quant plan %d %d %d, want %d %d %d", preset, arch, variant, jit->quant.recipe,
+          jit->quant.grad_format, jit->quant.scale_pow2, want_quant->recipe,
+          want_quant->grad_format, want_quant->scale_pow2);
     char why[256];
     int d = moegen_abi_image_diff(aot, jit, why, sizeof why);
     CHECK(d == 0, "%s %s: AOT and JIT images differ in %d fields, first %s", preset, arch, d, why);
@@ -224,8 +237,24 @@ int main(void) {
   }
   static const char *const archs[] = {"sm_90a", "sm_80", "sm_75"};
   int planted = 0;
+  const moegen_quant_plan bf16 = {0};
   for (const char *const *p = moegen_preset_names(); *p; p++)
-    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) compare_preset(*p, archs[a], dir, &planted);
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+      compare_config(*p, NULL, "", archs[a], dir, &planted, &bf16);
+  /* The recipe reaches the image (moegen/abi.def's quant plan). */
+  static const char *const block[] = {"recipe=fp8_block", NULL};
+  static const char *const block_fp32[] = {"recipe=fp8_block", "fp8_scale=fp32", NULL};
+  static const char *const tensorwise[] = {"recipe=fp8_tensorwise", NULL};
+  static const char *const tensorwise_e4m3[] = {"recipe=fp8_tensorwise", "fp8_grad_format=e4m3",
+                                                NULL};
+  compare_config("deepseek-v3", block, "_block", "sm_90a", dir, &planted,
+                 &(moegen_quant_plan){.recipe = MOEGEN_RECIPE_FP8_BLOCK, .grad_format = MOEGEN_FP8_E4M3, .scale_pow2 = 1});
+  compare_config("deepseek-v3", block_fp32, "_block_fp32", "sm_80", dir, &planted,
+                 &(moegen_quant_plan){.recipe = MOEGEN_RECIPE_FP8_BLOCK, .grad_format = MOEGEN_FP8_E4M3, .scale_pow2 = 0});
+  compare_config("gpt-oss-120b", tensorwise, "_tw", "sm_90a", dir, &planted,
+                 &(moegen_quant_plan){.recipe = MOEGEN_RECIPE_FP8_TENSORWISE, .grad_format = MOEGEN_FP8_E5M2, .scale_pow2 = 0});
+  compare_config("gpt-oss-120b", tensorwise_e4m3, "_tw_e4m3", "sm_80", dir, &planted,
+                 &(moegen_quant_plan){.recipe = MOEGEN_RECIPE_FP8_TENSORWISE, .grad_format = MOEGEN_FP8_E4M3, .scale_pow2 = 0});
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) printf("note: could not remove %s\n", dir);

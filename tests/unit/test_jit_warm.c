@@ -162,10 +162,12 @@ int main(void) {
   unsetenv("MOEGEN_CACHE");
   moegen_set_log(NULL, NULL);
 
-  /* A small training config (all five units), odd sizes; sm_80: the portable GEMM. */
+  /* A small training config of every unit (fp8_tensorwise: the quant unit
+   * too), odd sizes; sm_80: the portable GEMM. */
   moegen_config c;
   moegen_config_defaults(&c);
   c.experts = 6, c.topk = 2, c.hidden = 136, c.ffn = 72;
+  c.recipe = MOEGEN_RECIPE_FP8_TENSORWISE;
   moegen_error err = {0};
   int compiled = -1;
   double t0 = now_seconds();
