@@ -30,6 +30,9 @@ float bench_time_op(bench_op_fn op, void *ctx, void *flush);
 /* The model's config with logits in bf16 (as peers.py feeds them) and the
  * router_bwd mode of --router-bwd (default saved). */
 moegen_config bench_config_of(const bench_model *md);
+/* Its fp8_block variant into *c (the *_fp8 stages); 0 where H or F is not a
+ * multiple of MOEGEN_FP8_BLOCK (the recipe's validation would refuse it). */
+int bench_config_fp8(const bench_model *md, moegen_config *c);
 
 /* ", \"router_bwd\": \"saved\"" (or "recompute"): the JSON member of the stages
  * that run the router backward. */
@@ -38,6 +41,8 @@ const char *bench_router_bwd_json(void);
 /* JIT-compiles and loads md's module; on failure prints an error line for
  * `stage` and returns NULL. */
 moegen_module *bench_module(const bench_model *md, const char *stage, int T);
+/* The same for config c (a variant of bench_config_of(md)). */
+moegen_module *bench_module_of(const moegen_config *c, const bench_model *md, const char *stage, int T);
 
 /* Prints {"stage", "peer": "moegen", "model", "tokens", "error"}. */
 void bench_error(const char *stage, const bench_model *md, int T, const char *why);
@@ -56,6 +61,8 @@ void bench_router_fwd_bwd(const bench_model *md, int T, void *flush);
 void bench_aux_loss(const bench_model *md, int T, void *flush);
 void bench_gemm1(const bench_model *md, int T, void *flush);
 void bench_gemm2(const bench_model *md, int T, void *flush);
+void bench_gemm1_fp8(const bench_model *md, int T, void *flush);
+void bench_gemm2_fp8(const bench_model *md, int T, void *flush);
 void bench_gemm1_dgrad(const bench_model *md, int T, void *flush);
 void bench_gemm1_wgrad(const bench_model *md, int T, void *flush);
 void bench_permute(const bench_model *md, int T, void *flush);

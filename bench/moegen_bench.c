@@ -54,6 +54,8 @@ static const struct {
     {"aux_loss", bench_aux_loss},
     {"gemm1", bench_gemm1},
     {"gemm2", bench_gemm2},
+    {"gemm1_fp8", bench_gemm1_fp8},
+    {"gemm2_fp8", bench_gemm2_fp8},
     {"gemm1_dgrad", bench_gemm1_dgrad},
     {"gemm1_wgrad", bench_gemm1_wgrad},
     {"permute", bench_permute},
@@ -169,6 +171,13 @@ const char *bench_router_bwd_json(void) {
                                                         : ", \"router_bwd\": \"saved\"";
 }
 
+int bench_config_fp8(const bench_model *md, moegen_config *c) {
+  if (md->H % MOEGEN_FP8_BLOCK || md->F % MOEGEN_FP8_BLOCK) return 0;
+  *c = bench_config_of(md);
+  c->recipe = MOEGEN_RECIPE_FP8_BLOCK;
+  return 1;
+}
+
 /* ", \"method\": \"graph\"" under --graph, else "". */
 static const char *method_json(void) { return graph_method ? ", \"method\": \"graph\"" : ""; }
 
@@ -202,9 +211,13 @@ static const char *bench_arch; /* --arch, or NULL: the device's */
 
 moegen_module *bench_module(const bench_model *md, const char *stage, int T) {
   moegen_config c = bench_config_of(md);
+  return bench_module_of(&c, md, stage, T);
+}
+
+moegen_module *bench_module_of(const moegen_config *c, const bench_model *md, const char *stage, int T) {
   moegen_error err = {0};
   moegen_module *m = NULL;
-  moegen_status st = moegen_jit(&c, bench_arch, &m, &err);
+  moegen_status st = moegen_jit(c, bench_arch, &m, &err);
   if (st == MOEGEN_OK) st = moegen_module_load(m);
   if (st != MOEGEN_OK) {
     bench_error(stage, md, T, moegen_status_string(st));
@@ -228,15 +241,18 @@ static int listed(const char *list, const char *name) {
 static int warm_cache(const char *model_list) {
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
     if (!listed(model_list, models[i].name)) continue;
-    moegen_config c = bench_config_of(&models[i]);
-    moegen_error err = {0};
-    int compiled = 0;
-    if (moegen_jit_warm(&c, bench_arch, &compiled, &err) != MOEGEN_OK) {
-      fprintf(stderr, "moegen-bench: %s: %s\n", models[i].name, err.msg);
-      return 1;
+    for (int fp8 = 0; fp8 < 2; fp8++) { /* the bf16 module, then the fp8_block one (the *_fp8 stages) */
+      moegen_config c = bench_config_of(&models[i]);
+      if (fp8 && !bench_config_fp8(&models[i], &c)) continue;
+      moegen_error err = {0};
+      int compiled = 0;
+      if (moegen_jit_warm(&c, bench_arch, &compiled, &err) != MOEGEN_OK) {
+        fprintf(stderr, "moegen-bench: %s: %s\n", models[i].name, err.msg);
+        return 1;
+      }
+      fprintf(stderr, "moegen-bench: %s%s for %s: %d kernels compiled into the cache (0: all were "
+              "there)\n", models[i].name, fp8 ? " (fp8_block)" : "", bench_arch, compiled);
     }
-    fprintf(stderr, "moegen-bench: %s for %s: %d kernels compiled into the cache (0: all were there)\n",
-            models[i].name, bench_arch, compiled);
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 
 #include "bench.h"
 #include "cublaslt.h"
+#include "fp8_ref.h"
 #include "half.h"
 
 /* Inputs repeat a random block of PERIOD bf16 values (odd, so rows differ):
@@ -284,3 +285,118 @@ static void bench_gemm1_bwd(const bench_model *md, int T, int wgrad, void *flush
 
 void bench_gemm1_dgrad(const bench_model *md, int T, void *flush) { bench_gemm1_bwd(md, T, 0, flush); }
 void bench_gemm1_wgrad(const bench_model *md, int T, void *flush) { bench_gemm1_bwd(md, T, 1, flush); }
+
+/* ---------------------------------------------------------------- gemm1_fp8, gemm2_fp8
+ * The fp8_block forward (moegen_gemm_fwd_fp8, no SwiGLU: peers.py's
+ * stage_fp8 times the plain GEMMs) on the same rows as gemm1 / gemm2, e4m3
+ * x and w with power-of-two dequant scales (1x128 for x, 128x128 for w),
+ * pre-quantized (not timed); tflops = 2 * rows * N * K / time; "recipe":
+ * "fp8_block". Checked first: CHECK_ROWS random rows of y, all N columns,
+ * against fp64 sums of the dequantized values. */
+typedef struct gemm_fp8_ctx {
+  moegen_module *m;
+  moegen_gemm_fwd_fp8_args a;
+} gemm_fp8_ctx;
+
+static moegen_status gemm_fp8_op(void *ctx, CUstream s) {
+  gemm_fp8_ctx *c = ctx;
+  return moegen_gemm_fwd_fp8(c->m, &c->a, s);
+}
+
+/* Device buffer of n bytes block[i % PERIOD]. */
+static void *periodic8(const uint8_t *block, size_t n) {
+  uint8_t *d = gpu_alloc(n);
+  for (size_t i = 0; i < n; i += PERIOD) gpu_put(d + i, block, n - i < PERIOD ? n - i : PERIOD);
+  return d;
+}
+
+/* Power-of-two scales base * 2^{-1, 0, 1} at random into h[n] (and the device copy). */
+static float *random_scales(size_t n, float base, void **dev) {
+  float *h = malloc(4 * n + 4);
+  for (size_t i = 0; i < n; i++) h[i] = ldexpf(base, (int)(rng_u64() % 3) - 1);
+  *dev = gpu_alloc(4 * n);
+  gpu_put(*dev, h, 4 * n);
+  return h;
+}
+
+static int check_rows_fp8(const moegen_gemm_fwd_fp8_args *a, const int32_t *counts, int E, int N,
+                          int K, const float *xb, const float *wb, const float *xs, const float *ws) {
+  const int rows = (int)a->max_rows, KB = K / FP8_BLOCK, NB = N / FP8_BLOCK;
+  int bad = 0;
+  uint16_t *got = malloc(2 * (size_t)N);
+  for (int i = 0; i < CHECK_ROWS && !bad; i++) {
+    int r = (int)(rng_u64() % (uint64_t)rows), e = 0, start = 0;
+    while (start + counts[e] <= r) start += counts[e++];
+    gpu_get(got, (const uint16_t *)a->y + (size_t)r * N, 2 * (size_t)N);
+    for (int n = 0; n < N && !bad; n++) {
+      double s = 0;
+      size_t xo = (size_t)r * K, wo = ((size_t)e * N + n) * K;
+      for (int k = 0; k < K; k++)
+        s += (double)xb[(xo + k) % PERIOD] * xs[(size_t)(k / FP8_BLOCK) * a->scale_ld + r] *
+             wb[(wo + k) % PERIOD] * ws[((size_t)e * NB + n / FP8_BLOCK) * KB + k / FP8_BLOCK];
+      double g = bf16_to_f32(got[n]);
+      bad = !(fabs(g - s) <= 1e-5 + 1.6e-2 * fabs(s) + 2e-3); /* + fp32 sum-order slack */
+    }
+  }
+  free(got);
+  return bad;
+}
+
+static void bench_gemm_fp8(const bench_model *md, int T, moegen_gemm_id which, void *flush) {
+  const char *stage = which == MOEGEN_GEMM1 ? "gemm1_fp8" : "gemm2_fp8";
+  moegen_config c;
+  if (!bench_config_fp8(md, &c)) {
+    bench_error(stage, md, T, "fp8_block needs hidden and ffn multiples of 128");
+    return;
+  }
+  gemm_fp8_ctx ctx = {.m = bench_module_of(&c, md, stage, T)};
+  if (!ctx.m) return;
+  const int E = md->E, N = which == MOEGEN_GEMM1 ? 2 * md->F : md->H;
+  const int K = which == MOEGEN_GEMM1 ? md->H : md->F;
+  const int rows = T * md->K, ld = (rows + 3) / 4 * 4;
+  int32_t *counts = malloc(4 * (size_t)E);
+  route(T, E, md->K, counts);
+  uint8_t *block = malloc(PERIOD);
+  float *xb = malloc(4 * PERIOD), *wb = malloc(4 * PERIOD);
+  for (size_t i = 0; i < PERIOD; i++) {
+    block[i] = fp8_e4m3_from_f32(rng_normal());
+    xb[i] = fp8_e4m3_to_f32(block[i]);
+  }
+  void *x = periodic8(block, (size_t)rows * K);
+  for (size_t i = 0; i < PERIOD; i++) {
+    block[i] = fp8_e4m3_from_f32(8 * rng_normal());
+    wb[i] = fp8_e4m3_to_f32(block[i]);
+  }
+  void *w = periodic8(block, (size_t)E * N * K);
+  void *dxs, *dws;
+  float *xs = random_scales((size_t)(K / FP8_BLOCK) * ld, 1.f, &dxs);
+  float *ws = random_scales((size_t)E * (N / FP8_BLOCK) * (K / FP8_BLOCK), 0.125f / sqrtf((float)K), &dws);
+  void *y = gpu_alloc(2 * (size_t)rows * N);
+  int32_t *dcounts = gpu_alloc(4 * (size_t)E);
+  gpu_put(dcounts, counts, 4 * (size_t)E);
+  void *wk = gpu_alloc(MOEGEN_GEMM_WORKSPACE_BYTES); /* the tile ticket */
+  ctx.a = (moegen_gemm_fwd_fp8_args){.which = which, .max_rows = rows, .x = x, .x_scale = dxs,
+                                     .scale_ld = ld, .w = w, .w_scale = dws, .y = y,
+                                     .counts = dcounts, .workspace = wk,
+                                     .workspace_bytes = MOEGEN_GEMM_WORKSPACE_BYTES};
+  gpu_poison(y, 2 * (size_t)rows * N);
+  moegen_status st = gemm_fp8_op(&ctx, NULL);
+  CU(gpu_drv->cuCtxSynchronize());
+  if (st != MOEGEN_OK) {
+    bench_error(stage, md, T, moegen_module_last_error(ctx.m));
+  } else if (check_rows_fp8(&ctx.a, counts, E, N, K, xb, wb, xs, ws)) {
+    bench_error(stage, md, T, "output differs from the CPU reference");
+  } else {
+    float ms = bench_time_op(gemm_fp8_op, &ctx, flush);
+    char extra[160];
+    snprintf(extra, sizeof extra, ", \"recipe\": \"fp8_block\", \"tflops\": %.1f, \"rows\": %d, "
+             "\"K\": %d, \"N\": %d", 2.0 * rows * N * K / ms / 1e9, rows, K, N);
+    bench_result(stage, md, T, ms, extra);
+  }
+  gpu_free(x); gpu_free(w); gpu_free(dxs); gpu_free(dws); gpu_free(y); gpu_free(dcounts); gpu_free(wk);
+  free(counts); free(block); free(xb); free(wb); free(xs); free(ws);
+  moegen_module_destroy(ctx.m);
+}
+
+void bench_gemm1_fp8(const bench_model *md, int T, void *flush) { bench_gemm_fp8(md, T, MOEGEN_GEMM1, flush); }
+void bench_gemm2_fp8(const bench_model *md, int T, void *flush) { bench_gemm_fp8(md, T, MOEGEN_GEMM2, flush); }

@@ -29,6 +29,7 @@ static const struct {
     {"aux_loss.cu.lt", MOEGEN_UNIT_ROUTER_TRAIN, 0},
     {"grouped_gemm_sm90.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN},
     {"grouped_gemm_bwd_sm90.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN}, /* uses ggemm:: */
+    {"grouped_gemm_fp8_sm90.cu.lt", MOEGEN_UNIT_GEMM, 0}, /* fp8_block; uses ggemm:: */
     {"grouped_gemm_mma.cu.lt", MOEGEN_UNIT_GEMM, 1u << MOEGEN_UNIT_GEMM_TRAIN}, /* every other arch */
     {"permute.cu.lt", MOEGEN_UNIT_PERMUTE, 0},
     {"permute_fp8.cu.lt", MOEGEN_UNIT_PERMUTE, 0}, /* fp8_block only */

@@ -30,6 +30,7 @@ typedef struct CUtensorMap {
 
 /* cuTensorMapEncodeTiled's enums (cuda.h values). */
 enum {
+  MOEGEN_CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, /* e4m3 bytes */
   MOEGEN_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
   MOEGEN_CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
   MOEGEN_CU_TENSOR_MAP_SWIZZLE_128B = 3,

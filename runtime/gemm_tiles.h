@@ -23,6 +23,8 @@ typedef enum moegen_gemm_op {
   MOEGEN_GEMM_OP_DGRAD, /* moegen_gemm_dgrad */
   MOEGEN_GEMM_OP_DGLU,  /* moegen_gemm2_dgrad_glu (gemm2 only) */
   MOEGEN_GEMM_OP_WGRAD, /* moegen_gemm_wgrad (no tall kernels) */
+  MOEGEN_GEMM_OP_FWD_FP8, /* moegen_gemm_fwd_fp8 (no tall kernels) */
+  MOEGEN_GEMM_OP_GLU_FP8, /* moegen_gemm1_fwd_glu_fp8 (gemm1 only, no tall kernels) */
   MOEGEN_GEMM_OP_COUNT
 } moegen_gemm_op;
 

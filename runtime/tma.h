@@ -1,4 +1,4 @@
-/* runtime/tma.h -- internal: the bf16 operands of the grouped GEMM kernels
+/* runtime/tma.h -- internal: the bf16 (and e4m3) operands of the grouped GEMM kernels
  * as kernel parameters. The sm_90a kernels take TMA descriptors (encoded
  * here on the host for every call, no GPU work, passed by value); the
  * portable mma.sync kernels take the base pointer. */
@@ -26,5 +26,15 @@ moegen_status moegen_gemm_operand_2d(moegen_module *m, moegen_gemm_operand *op, 
 moegen_status moegen_gemm_operand_3d(moegen_module *m, moegen_gemm_operand *op, const void *base,
                                      long long E, long long rows, long long cols,
                                      unsigned box_rows, unsigned box_cols, const char *what);
+
+/* The same for e4m3 (byte) elements: box_cols * 1 = 128 bytes (the fp8_block
+ * kernels, templates/grouped_gemm_fp8_sm90.cu.lt). */
+moegen_status moegen_gemm_operand_e4m3_2d(moegen_module *m, moegen_gemm_operand *op,
+                                          const void *base, long long rows, long long cols,
+                                          unsigned box_rows, unsigned box_cols, const char *what);
+moegen_status moegen_gemm_operand_e4m3_3d(moegen_module *m, moegen_gemm_operand *op,
+                                          const void *base, long long E, long long rows,
+                                          long long cols, unsigned box_rows, unsigned box_cols,
+                                          const char *what);
 
 #endif

@@ -388,6 +388,27 @@ local function gemm_bwd_kernel_plan(N, K, E, extra, bm, wgrad)
   return p
 end
 
+-- The fp8_block forward (templates/grouped_gemm_fp8_sm90.cu.lt), planned
+-- only for that recipe: the bf16 forward's machinery with one 128-wide K
+-- block (128 e4m3 = 128 bytes, the bf16 stage's 64 columns) a stage, so the
+-- stage bytes and gemm_smem are the bf16 kernel's. 128 x 128 tiles (the
+-- SwiGLU one 64 gate + 64 up columns): a consumer holds the block's
+-- accumulator and the promoted fp32 sum, 2 x 64 registers a thread; a
+-- 256-wide tile would need 256. No tall tiles yet. H and F are multiples
+-- of the block (config validation), so no column group straddles two.
+local GEMM_FP8_QB = abi.limits.fp8_block
+local function gemm_fp8_kernel_plan(N, K, E)
+  local bn = 128
+  local stages = gemm_stages(E, bn, 0)
+  return {
+    n = N, k = K,
+    bm = GEMM_BM, bn = bn, bk = GEMM_FP8_QB,
+    stages = stages,
+    threads = 384,          -- producer + 2 consumer warpgroups
+    smem_bytes = gemm_smem(E, bn, stages),
+  }
+end
+
 -- The portable grouped GEMM (templates/grouped_gemm_mma.cu.lt) for every
 -- arch from sm_80 on that is not sm_90a (A100, L40S, plain sm_90, sm_100):
 -- mma.sync m16n8k16 bf16 and cp.async, no TMA or wgmma. 256 threads (8
@@ -464,6 +485,9 @@ local function gemm_plan()
       gemm1_dgrad_tall = NO_KERNEL,
       gemm2_dgrad_tall = NO_KERNEL,
       gemm1_glu_tall = NO_KERNEL,
+      gemm1_fp8 = NO_KERNEL, -- fp8_block on the portable path: not yet (the ops say NOT_SUPPORTED)
+      gemm2_fp8 = NO_KERNEL,
+      gemm1_glu_fp8 = NO_KERNEL,
     }
   end
   if not (opt.arch == "sm_90a" and shapes_ok) then -- no GEMM kernels: every plan NO_KERNEL
@@ -474,6 +498,8 @@ local function gemm_plan()
     end
     return p
   end
+  local fp8 = cfg.recipe == "fp8_block"
+  local function fp8_plan(N, K) return fp8 and gemm_fp8_kernel_plan(N, K, E) or NO_KERNEL end
   return {
     experts = E,
     portable = 0,
@@ -492,6 +518,9 @@ local function gemm_plan()
     gemm1_dgrad_tall = gemm_bwd_kernel_plan(2 * F, H, E, 0, 256),
     gemm2_dgrad_tall = gemm_bwd_kernel_plan(H, F, E, 0, 256),
     gemm1_glu_tall = gemm_kernel_plan(2 * F, H, E, 256, true),
+    gemm1_fp8 = fp8_plan(2 * F, H),
+    gemm2_fp8 = fp8_plan(H, F),
+    gemm1_glu_fp8 = fp8_plan(2 * F, H),
   }
 end
 

@@ -554,6 +554,83 @@ typedef struct moegen_gemm_dglu_args {
 moegen_status moegen_gemm2_dgrad_glu(moegen_module *m, const moegen_gemm_dglu_args *args,
                                      CUstream stream);
 
+/* ---------------------------------------------------------------- grouped GEMM forward, fp8_block */
+
+/* Shapes and workspace of the fp8_block forward ops of GEMM `which` (N, K as
+ * in moegen_gemm_fwd_shape) for at most max_rows rows. Pure.
+ * NOT_SUPPORTED unless the module has the fp8_block kernels: sm_90a, config
+ * recipe fp8_block, hidden and ffn multiples of 128 (the portable path has
+ * no FP8 GEMM yet). Layouts: SPEC.md 5b and the FP8 interface (dequant
+ * scales, value = fp8 * scale). */
+typedef struct moegen_gemm_fwd_fp8_shape {
+  int64_t x[2];           /* [max_rows, K]          e4m3 */
+  int64_t x_scale[2];     /* [K / 128, scale_ld]    fp32; the least scale_ld in [1] */
+  int64_t w[3];           /* [E, N, K]              e4m3 */
+  int64_t w_scale[3];     /* [E, N / 128, K / 128]  fp32 */
+  int64_t y[2];           /* [max_rows, N]          bf16 (the SwiGLU op: h; act [max_rows, N / 2]) */
+  int64_t counts[1];      /* [E]                    int32 (or offsets [E + 1] int32) */
+  size_t workspace_bytes; /* MOEGEN_GEMM_WORKSPACE_BYTES (the tile ticket) */
+} moegen_gemm_fwd_fp8_shape;
+
+moegen_status moegen_gemm_fwd_fp8_shape_of(const moegen_image *image, moegen_gemm_id which,
+                                           int64_t max_rows, moegen_gemm_fwd_fp8_shape *shape);
+
+/* fp8_block grouped GEMM forward arguments (device pointers; x, w, y
+ * 16-byte aligned, the scales 16-byte aligned). Rows of expert e as in
+ * moegen_gemm_fwd_args. */
+typedef struct moegen_gemm_fwd_fp8_args {
+  moegen_gemm_id which;   /* MOEGEN_GEMM1 or MOEGEN_GEMM2 */
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 does nothing and every pointer
+                           * may be NULL */
+  const void *x;          /* in  [max_rows, K] e4m3 row-major, rows grouped by expert */
+  const float *x_scale;   /* in  [K / 128, scale_ld] fp32 dequant scales of x's 1x128 blocks:
+                           * x[r, k] ~= fp8 * x_scale[k / 128, r] (rows contiguous) */
+  int64_t scale_ld;       /* >= max_rows, a multiple of 4, <= INT32_MAX */
+  const void *w;          /* in  [E, N, K] e4m3, K contiguous */
+  const float *w_scale;   /* in  [E, N / 128, K / 128] fp32 dequant scales of 128x128 blocks */
+  void *y;                /* out [max_rows, N] bf16: y_e = dequant(x_e) dequant(w_e)^T, each
+                           * 128-wide K block's product promoted into an fp32 sum */
+  const int32_t *counts;  /* in  [E] int32 device, or NULL */
+  const int32_t *offsets; /* in  [E + 1] int32 device, or NULL (exactly one of the two) */
+  void *workspace;        /* scratch, 16-byte aligned, contents undefined in/out */
+  size_t workspace_bytes; /* >= moegen_gemm_fwd_fp8_shape_of's */
+} moegen_gemm_fwd_fp8_args;
+
+/* y_e = dequant(x_e) dequant(w_e)^T for every expert (SPEC.md 5b, fprop).
+ * Buffer contract as moegen_gemm_fwd's: reads x, w, their scales and the
+ * counts/offsets; writes exactly the expert rows (below max_rows) of y and
+ * clobbers the workspace. A memset node and one kernel on `stream` (two TMA
+ * descriptors encoded on the host), no host sync, graph-capturable.
+ * NOT_SUPPORTED as for the shape function (naming why). */
+moegen_status moegen_gemm_fwd_fp8(moegen_module *m, const moegen_gemm_fwd_fp8_args *args,
+                                  CUstream stream);
+
+/* gemm1's fp8_block forward with the SwiGLU epilogue of moegen_gemm1_fwd_glu
+ * (h = dequant(x_e) dequant(w_e)^T + b_e, act = silu(gate) * up * prob). */
+typedef struct moegen_gemm_glu_fp8_args {
+  int64_t max_rows;       /* as in moegen_gemm_fwd_args; 0 does nothing and every pointer
+                           * may be NULL */
+  const void *x;          /* in  [max_rows, H] e4m3, rows grouped by expert */
+  const float *x_scale;   /* in  [H / 128, scale_ld] fp32 (as moegen_gemm_fwd_fp8_args) */
+  int64_t scale_ld;       /* >= max_rows, a multiple of 4, <= INT32_MAX */
+  const void *w;          /* in  [E, 2F, H] e4m3: rows [0, F) gate, [F, 2F) up */
+  const float *w_scale;   /* in  [E, 2F / 128, H / 128] fp32 */
+  const void *bias;       /* in  [E, 2F] bf16, or NULL (no bias) */
+  const float *prob;      /* in  [max_rows] fp32 per-row scale of act, or NULL (1) */
+  void *act;              /* out [max_rows, F] bf16 */
+  void *h;                /* out [max_rows, 2F] bf16 pre-activation (bias added), or NULL */
+  const int32_t *counts;  /* in  [E] int32 device, or NULL */
+  const int32_t *offsets; /* in  [E + 1] int32 device, or NULL (exactly one of the two) */
+  void *workspace;        /* scratch, 16-byte aligned, contents undefined in/out */
+  size_t workspace_bytes; /* >= moegen_gemm_fwd_fp8_shape_of's */
+} moegen_gemm_glu_fp8_args;
+
+/* Buffer contract as moegen_gemm1_fwd_glu's (x, w and their scales read in
+ * place of the bf16 ones). A memset node and one kernel, no host sync,
+ * graph-capturable. NOT_SUPPORTED as for moegen_gemm_fwd_fp8_shape_of. */
+moegen_status moegen_gemm1_fwd_glu_fp8(moegen_module *m, const moegen_gemm_glu_fp8_args *args,
+                                       CUstream stream);
+
 /* ---------------------------------------------------------------- permutation (SPEC.md 4) */
 
 /* Row layout of a permutation (what moegen_permute_fwd writes and every

@@ -7,6 +7,8 @@ moegen_add_test(test_aux_gpu SOURCES gpu/test_aux.c LABELS gpu)
 set_tests_properties(test_aux_gpu PROPERTIES TIMEOUT 600)
 moegen_add_test(test_gemm_gpu SOURCES gpu/test_gemm.c LABELS gpu)
 set_tests_properties(test_gemm_gpu PROPERTIES TIMEOUT 600)
+moegen_add_test(test_gemm_fp8_gpu SOURCES gpu/test_gemm_fp8.c LABELS gpu)
+set_tests_properties(test_gemm_fp8_gpu PROPERTIES TIMEOUT 600)
 moegen_add_test(test_gemm_bwd_gpu SOURCES gpu/test_gemm_bwd.c LABELS gpu)
 set_tests_properties(test_gemm_bwd_gpu PROPERTIES TIMEOUT 900)
 # The GEMMs at the models' real shapes against cuBLASLt (tests/gpu/cublaslt.h).
