@@ -30,12 +30,16 @@ static moegen_status gemm_op(void *ctx, CUstream s) {
   return moegen_gemm_fwd(c->m, &c->a, s);
 }
 
-/* Device buffer of n bf16 values block[i % PERIOD]. */
-static void *periodic(const uint16_t *block, size_t n) {
-  uint16_t *d = gpu_alloc(2 * n);
-  for (size_t i = 0; i < n; i += PERIOD) gpu_put(d + i, block, 2 * (n - i < PERIOD ? n - i : PERIOD));
+/* Device buffer of n elements of `size` bytes, element i = block[i % PERIOD]. */
+static void *periodic_of(const void *block, size_t size, size_t n) {
+  char *d = gpu_alloc(size * n);
+  for (size_t i = 0; i < n; i += PERIOD)
+    gpu_put(d + size * i, block, size * (n - i < PERIOD ? n - i : PERIOD));
   return d;
 }
+
+/* Device buffer of n bf16 values block[i % PERIOD]. */
+static void *periodic(const uint16_t *block, size_t n) { return periodic_of(block, 2, n); }
 
 /* Rows per expert of T tokens routed to K distinct experts each, uniformly. */
 static void route(int T, int E, int K, int32_t *counts) {
@@ -303,13 +307,6 @@ static moegen_status gemm_fp8_op(void *ctx, CUstream s) {
   return moegen_gemm_fwd_fp8(c->m, &c->a, s);
 }
 
-/* Device buffer of n bytes block[i % PERIOD]. */
-static void *periodic8(const uint8_t *block, size_t n) {
-  uint8_t *d = gpu_alloc(n);
-  for (size_t i = 0; i < n; i += PERIOD) gpu_put(d + i, block, n - i < PERIOD ? n - i : PERIOD);
-  return d;
-}
-
 /* Power-of-two scales base * 2^{-1, 0, 1} at random into h[n] (and the device copy). */
 static float *random_scales(size_t n, float base, void **dev) {
   float *h = malloc(4 * n + 4);
@@ -362,12 +359,12 @@ static void bench_gemm_fp8(const bench_model *md, int T, moegen_gemm_id which, v
     block[i] = fp8_e4m3_from_f32(rng_normal());
     xb[i] = fp8_e4m3_to_f32(block[i]);
   }
-  void *x = periodic8(block, (size_t)rows * K);
+  void *x = periodic_of(block, 1, (size_t)rows * K);
   for (size_t i = 0; i < PERIOD; i++) {
     block[i] = fp8_e4m3_from_f32(8 * rng_normal());
     wb[i] = fp8_e4m3_to_f32(block[i]);
   }
-  void *w = periodic8(block, (size_t)E * N * K);
+  void *w = periodic_of(block, 1, (size_t)E * N * K);
   void *dxs, *dws;
   float *xs = random_scales((size_t)(K / FP8_BLOCK) * ld, 1.f, &dxs);
   float *ws = random_scales((size_t)E * (N / FP8_BLOCK) * (K / FP8_BLOCK), 0.125f / sqrtf((float)K), &dws);

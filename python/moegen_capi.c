@@ -13,6 +13,15 @@
 #include "driver.h"
 #include "moegen/moegen.h"
 
+/* In a shape function's wrapper (a shape struct `sh`, the field `name`
+ * asked for, `dims` out): the shape of field f into dims, returning its
+ * rank, when name is f. */
+#define MGP_DIMS_(f)                                      \
+  if (!strcmp(name, #f)) {                                \
+    memcpy(dims, sh.f, sizeof sh.f);                      \
+    return (int)(sizeof sh.f / sizeof sh.f[0]);           \
+  }
+
 /* Copies err's message into buf (size bytes) and returns err->code. */
 static int report(const moegen_error *err, char *buf, size_t size) {
   if (buf && size) snprintf(buf, size, "%s", err->msg);
@@ -199,14 +208,8 @@ int mgp_router_fwd_shape(const moegen_image *img, int64_t T, const char *name, i
   moegen_router_fwd_shape sh;
   moegen_status st = moegen_router_fwd_shape_of(img, T, &sh);
   if (st != MOEGEN_OK) return -(int)st;
-#define MGP_DIMS_(f)                                      \
-  if (!strcmp(name, #f)) {                                \
-    memcpy(dims, sh.f, sizeof sh.f);                      \
-    return (int)(sizeof sh.f / sizeof sh.f[0]);           \
-  }
   MGP_DIMS_(probs) MGP_DIMS_(routing_map) MGP_DIMS_(routing_bitmap) MGP_DIMS_(topk_indices)
   MGP_DIMS_(topk_weights) MGP_DIMS_(intermediate) MGP_DIMS_(expert_counts) MGP_DIMS_(qb_cutoff)
-#undef MGP_DIMS_
   return 0;
 }
 
@@ -276,14 +279,8 @@ int mgp_permute_shape(const moegen_image *img, int64_t T, int align, int capacit
     dims[0] = (int64_t)sh.workspace_bytes;
     return 1;
   }
-#define MGP_DIMS_(f)                                      \
-  if (!strcmp(name, #f)) {                                \
-    memcpy(dims, sh.f, sizeof sh.f);                      \
-    return (int)(sizeof sh.f / sizeof sh.f[0]);           \
-  }
   MGP_DIMS_(rows) MGP_DIMS_(permuted_probs) MGP_DIMS_(row_map) MGP_DIMS_(offsets)
   MGP_DIMS_(counts)
-#undef MGP_DIMS_
   return 0;
 }
 
@@ -352,13 +349,7 @@ int mgp_gemm_shape(const moegen_image *img, int which, int64_t max_rows, const c
     dims[0] = (int64_t)sh.workspace_bytes;
     return 1;
   }
-#define MGP_DIMS_(f)                                      \
-  if (!strcmp(name, #f)) {                                \
-    memcpy(dims, sh.f, sizeof sh.f);                      \
-    return (int)(sizeof sh.f / sizeof sh.f[0]);           \
-  }
   MGP_DIMS_(x) MGP_DIMS_(w) MGP_DIMS_(y) MGP_DIMS_(counts)
-#undef MGP_DIMS_
   return 0;
 }
 
@@ -411,14 +402,8 @@ int mgp_aux_scores_shape(const moegen_image *img, int64_t T, const char *name, i
   moegen_aux_scores_shape sh;
   moegen_status st = moegen_aux_scores_shape_of(img, T, &sh);
   if (st != MOEGEN_OK) return -(int)st;
-#define MGP_DIMS_(f)                                      \
-  if (!strcmp(name, #f)) {                                \
-    memcpy(dims, sh.f, sizeof sh.f);                      \
-    return (int)(sizeof sh.f / sizeof sh.f[0]);           \
-  }
   MGP_DIMS_(scores) MGP_DIMS_(routing_map) MGP_DIMS_(routing_bitmap) MGP_DIMS_(intermediate)
   MGP_DIMS_(grad_logits)
-#undef MGP_DIMS_
   return 0;
 }
 
