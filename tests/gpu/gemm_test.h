@@ -30,6 +30,17 @@ static inline void fill(float *h, void *d, size_t n, float scale) {
   free(b);
 }
 
+/* Uploads counts [E] to dcounts [E] and their running sums to doffsets
+ * [E + 1] (device int32), so a case can split rows either way. */
+static inline void put_counts(int32_t *dcounts, int32_t *doffsets, const int32_t *counts, int E) {
+  int32_t *off = malloc(4 * (size_t)E + 4);
+  off[0] = 0;
+  for (int e = 0; e < E; e++) off[e + 1] = off[e] + counts[e];
+  gpu_put(dcounts, counts, 4 * (size_t)E);
+  gpu_put(doffsets, off, 4 * (size_t)E + 4);
+  free(off);
+}
+
 /* rows rows spread over E experts, each on a uniformly random one (at few
  * rows most experts stay empty), into c[E]. */
 static inline void spread_rows(int rows, int E, int32_t *c) {

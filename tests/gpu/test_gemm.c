@@ -32,12 +32,7 @@ typedef struct problem {
 /* Uploads counts (and their offsets) and recomputes the reference. */
 static void set_counts(problem *p, const int32_t *counts) {
   memcpy(p->counts, counts, 4 * (size_t)p->E);
-  int32_t *off = malloc(4 * (size_t)p->E + 4);
-  off[0] = 0;
-  for (int e = 0; e < p->E; e++) off[e + 1] = off[e] + counts[e];
-  gpu_put(p->dcounts, counts, 4 * (size_t)p->E);
-  gpu_put(p->doffsets, off, 4 * (size_t)p->E + 4);
-  free(off);
+  put_counts(p->dcounts, p->doffsets, counts, p->E);
   gemm_ref_fwd(p->E, p->N, p->K, p->counts, p->x, p->w, p->ref);
 }
 
