@@ -20,4 +20,13 @@ moegen_status moegen_require_kernel(moegen_module *m, moegen_kernel_id id, const
 moegen_status moegen_check_tokens(moegen_module *m, const char *op, int64_t T, int64_t per_token,
                                   const char *per_token_name);
 
+/* The FP8 1x128 scales [K/128, ld] of `rows` rows (SPEC.md 5b, M
+ * contiguous): the ld a shape function reports (rows rounded up to 4, so
+ * every scale row is 16-byte aligned for TMA and vector loads), and
+ * whether a caller's ld is usable (>= rows, a multiple of 4, an int). */
+static inline int64_t moegen_scale_ld_of(int64_t rows) { return (rows + 3) / 4 * 4; }
+static inline int moegen_scale_ld_ok(int64_t ld, int64_t rows) {
+  return ld >= rows && ld % 4 == 0 && ld <= INT32_MAX;
+}
+
 #endif

@@ -13,6 +13,7 @@
 #include "gemm_tiles.h"
 #include "kernel_args.h"
 #include "module.h"
+#include "ops.h"
 #include "tma.h"
 
 #define QB MOEGEN_FP8_BLOCK /* the fp8_block quantization block (SPEC.md 5b) */
@@ -39,7 +40,7 @@ moegen_status moegen_gemm_fwd_fp8_shape_of(const moegen_image *image, moegen_gem
   shape->x[0] = shape->y[0] = max_rows;
   shape->x[1] = shape->w[2] = K;
   shape->x_scale[0] = K / QB;
-  shape->x_scale[1] = (max_rows + 3) / 4 * 4;
+  shape->x_scale[1] = moegen_scale_ld_of(max_rows);
   shape->w[0] = shape->w_scale[0] = shape->counts[0] = E;
   shape->w[1] = shape->y[1] = N;
   shape->w_scale[1] = N / QB;
@@ -63,7 +64,7 @@ static moegen_status check_fp8(moegen_module *m, const char *what, int64_t max_r
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: x, x_scale, w, w_scale and the outputs must be 16-byte aligned",
                               what);
-  if (scale_ld < max_rows || scale_ld % 4 || scale_ld > INT32_MAX)
+  if (!moegen_scale_ld_ok(scale_ld, max_rows))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: scale_ld = %lld must be >= max_rows (%lld), a multiple of 4 "
                               "and <= INT32_MAX", what, (long long)scale_ld, (long long)max_rows);

@@ -52,7 +52,7 @@ moegen_status moegen_permute_shape_of(const moegen_image *image, int64_t num_tok
   if (moegen_has_kernel(image, MOEGEN_KERNEL_PERMUTE_ROWS_FP8)) {
     shape->rows_fp8[0] = R;
     shape->rows_fp8[1] = p->hidden;
-    shape->scale_ld = (R + 3) / 4 * 4;
+    shape->scale_ld = moegen_scale_ld_of(R);
     shape->row_scales[0] = p->hidden / MOEGEN_FP8_BLOCK;
     shape->row_scales[1] = shape->scale_ld;
   }
@@ -123,7 +123,7 @@ static moegen_status check_permute_fp8(moegen_module *m, const moegen_permute_pl
   if (!a->row_scales || (a->num_tokens > 0 && !a->x))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT, "permute_fwd: rows_fp8 given but %s is NULL",
                               !a->row_scales ? "row_scales" : "x");
-  if (a->scale_ld < R || a->scale_ld % 4 || a->scale_ld > INT32_MAX)
+  if (!moegen_scale_ld_ok(a->scale_ld, R))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "permute_fwd: scale_ld = %lld must be >= R (%lld), a multiple of 4 and "
                               "<= INT32_MAX", (long long)a->scale_ld, (long long)R);

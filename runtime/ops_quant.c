@@ -137,7 +137,7 @@ moegen_status moegen_quant_rows_shape_of(const moegen_image *image, int64_t rows
   memset(shape, 0, sizeof *shape);
   shape->data[0] = rows;
   shape->data[1] = cols;
-  shape->scale_ld = (rows + 3) / 4 * 4;
+  shape->scale_ld = moegen_scale_ld_of(rows);
   shape->scales[0] = cols / QB;
   shape->scales[1] = shape->scale_ld;
   return MOEGEN_OK;
@@ -156,7 +156,7 @@ moegen_status moegen_quant_rows(moegen_module *m, const moegen_quant_rows_args *
                               "%s: [rows, cols] = [%lld, %lld] needs 0 <= rows <= INT32_MAX and cols "
                               "a positive multiple of %d <= INT32_MAX",
                               op, (long long)a->rows, (long long)a->cols, QB);
-  if (a->scale_ld < a->rows || a->scale_ld % 4 || a->scale_ld > INT32_MAX)
+  if (!moegen_scale_ld_ok(a->scale_ld, a->rows))
     return moegen_module_fail(m, MOEGEN_ERR_INVALID_ARGUMENT,
                               "%s: scale_ld = %lld must be >= rows (%lld), a multiple of 4 and <= "
                               "INT32_MAX",
